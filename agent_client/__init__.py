@@ -1,0 +1,45 @@
+"""toolexec's agent side: call tools that run on Celery workers.
+
+    from agent_client import remote_tool
+    search = remote_tool("search")
+    hits = search(query="red-headed league")          # or: await search.run(...)
+    agent = lazybridge.Agent(tools=[search], ...)     # a LazyBridge ToolProvider
+"""
+
+from __future__ import annotations
+
+from agent_client.client import ToolClient, configure, get_client
+from agent_client.deadline import NOT_SET, NotSet
+from agent_client.errors import (
+    BrokerUnavailable,
+    RemoteToolError,
+    ToolArgumentsInvalid,
+    ToolExecutionError,
+    ToolNotFound,
+    ToolTimeoutError,
+    WorkerLost,
+)
+from agent_client.remote import RemoteTool, RemoteToolset, remote_tool, remote_tools
+
+__all__ = [
+    # Proxies
+    "remote_tool",
+    "remote_tools",
+    "RemoteTool",
+    "RemoteToolset",
+    # Deadlines
+    "NOT_SET",
+    "NotSet",
+    # The process's client
+    "ToolClient",
+    "configure",
+    "get_client",
+    # Errors
+    "RemoteToolError",
+    "ToolNotFound",
+    "ToolArgumentsInvalid",
+    "ToolExecutionError",
+    "ToolTimeoutError",
+    "WorkerLost",
+    "BrokerUnavailable",
+]

@@ -1,0 +1,187 @@
+"""The process's connection to toolexec: dispatch a call, wait for its outcome.
+
+One :class:`ToolClient` per process (:func:`get_client`) holds the Redis connection
+pool, the catalog view and the reply listener. ``call`` (async) and ``call_sync`` share
+one path: validate, build the message, publish it, then wait on a future with the
+caller's own deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+import time
+import uuid
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from agent_client.catalog import Catalog
+from agent_client.errors import (
+    BrokerUnavailable,
+    RemoteToolError,
+    ToolArgumentsInvalid,
+    ToolExecutionError,
+    ToolNotFound,
+    ToolTimeoutError,
+    WorkerLost,
+)
+from agent_client.listener import ReplyListener
+from agent_client.validation import ArgumentValidator
+from executor import keys
+from executor.message import redis_envelope, task_headers
+from executor.protocol import CallOutcome, CallRequest, ErrorKind, ToolSpec, task_name_for
+from executor.settings import Settings
+
+__all__ = ["ToolClient", "configure", "get_client"]
+
+#: Celery's hard limit sits this far above a tool's own, so the tool's limit fires
+#: first and Celery's only reclaims a prefork child stuck in a thread that won't stop.
+_CELERY_LIMIT_MARGIN = 1.0
+
+
+class ToolClient:
+    """Dispatches calls to workers and waits for their outcomes."""
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError(
+                f"toolexec's client publishes to a Redis broker; TOOLEXEC_BROKER_URL is "
+                f"{settings.broker_url.split('://')[0]}://..."
+            )
+        self.settings = settings
+        self.client_id = uuid.uuid4().hex
+        self._pid = os.getpid()
+        self._broker = self._redis(settings.broker_url)
+        self.redis = self._broker if settings.redis_url == settings.broker_url else self._redis(settings.redis_url)
+        self.catalog = Catalog(self.redis, max_age=min(1.0, settings.heartbeat_interval / 2))
+        self.listener = ReplyListener(lambda: self._redis(settings.redis_url, blocking=True), keys.reply(self.client_id))
+        self._validators: dict[str, tuple[ToolSpec, ArgumentValidator]] = {}
+        self._origin = f"toolexec-client@{os.getpid()}"
+
+    @staticmethod
+    def _redis(url: str, *, blocking: bool = False) -> redis.Redis:
+        # No automatic retries: an outage must surface as BrokerUnavailable within the
+        # caller's deadline, not hide behind backoff.
+        return redis.Redis.from_url(
+            url,
+            socket_connect_timeout=2.0,
+            socket_timeout=5.0 if blocking else 2.0,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=0,
+        )
+
+    # -- the call path -------------------------------------------------------------
+
+    def validate(self, spec: ToolSpec, arguments: dict[str, Any]) -> None:
+        """Check ``arguments`` against ``spec``'s schema (validator compiled once)."""
+        cached = self._validators.get(spec.name)
+        if cached is None or cached[0] != spec:
+            cached = (spec, ArgumentValidator(spec.name, spec.parameters, max_bytes=self.settings.max_argument_bytes))
+            self._validators[spec.name] = cached
+        cached[1].check(arguments)
+
+    def start(
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        *,
+        timeout: float | None,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> tuple[CallRequest, concurrent.futures.Future[CallOutcome]]:
+        """Validate and publish one call; return it and the future of its outcome."""
+        self.validate(spec, arguments)
+        self.catalog.spec(spec.name)  # ToolNotFound if no live worker serves it
+        call = CallRequest(
+            call_id=uuid.uuid4().hex,
+            tool=spec.name,
+            arguments=arguments,
+            reply_to=self.client_id,
+            deadline=None if timeout is None else time.time() + timeout,
+            run_id=run_id,
+            idempotency_key=idempotency_key,
+        )
+        hard = spec.hard_timeout + _CELERY_LIMIT_MARGIN if spec.hard_timeout else None
+        headers = task_headers(call, task_name=task_name_for(spec.delivery), hard_limit=hard, origin=self._origin)
+        envelope = redis_envelope(call, queue=spec.queue, headers=headers)
+        future = self.listener.expect(call.call_id)
+        try:
+            self._broker.lpush(spec.queue, envelope)
+        except redis.RedisError as exc:
+            self.listener.forget(call.call_id)
+            raise BrokerUnavailable(f"cannot send the call to {spec.name!r}: {exc}", tool=spec.name) from exc
+        return call, future
+
+    async def call(self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, **options: Any) -> Any:
+        """Run a call and return its result, waiting without blocking the event loop."""
+        call, future = self.start(spec, arguments, timeout=timeout, **options)
+        try:
+            outcome = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
+        except TimeoutError:
+            raise ToolTimeoutError(spec.name, timeout or 0.0) from None
+        finally:
+            self.listener.forget(call.call_id)
+        return result_of(spec.name, outcome, timeout=timeout)
+
+    def call_sync(self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, **options: Any) -> Any:
+        """Run a call and return its result, blocking this thread until the deadline."""
+        call, future = self.start(spec, arguments, timeout=timeout, **options)
+        try:
+            outcome = future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise ToolTimeoutError(spec.name, timeout or 0.0) from None
+        finally:
+            self.listener.forget(call.call_id)
+        return result_of(spec.name, outcome, timeout=timeout)
+
+    def close(self) -> None:
+        """Stop the listener and close the connection pools."""
+        self.listener.stop()
+        self._broker.close()
+        if self.redis is not self._broker:
+            self.redis.close()
+
+
+def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None) -> Any:
+    """The outcome's result, or the error it carries raised as a :class:`RemoteToolError`."""
+    if outcome.ok:
+        return outcome.result
+    error = outcome.error
+    if error is None:
+        raise RemoteToolError(f"tool {tool!r} failed without an error description", tool=tool)
+    if error.kind is ErrorKind.INVALID_ARGUMENTS:
+        raise ToolArgumentsInvalid(tool, [error.message])
+    if error.kind is ErrorKind.NOT_FOUND:
+        raise ToolNotFound(tool, reason=error.message)
+    if error.kind is ErrorKind.WORKER_LOST:
+        raise WorkerLost(f"tool {tool!r}: {error.message}", tool=tool)
+    if error.kind is ErrorKind.EXPIRED:
+        raise ToolTimeoutError(tool, timeout or 0.0)
+    raise ToolExecutionError(tool, error.type, error.message)
+
+
+_lock = threading.Lock()
+_client: ToolClient | None = None
+
+
+def configure(settings: Settings | None = None) -> ToolClient:
+    """Replace this process's client with one built from ``settings`` (default: env)."""
+    global _client
+    with _lock:
+        old, _client = _client, ToolClient(settings or Settings.from_env())
+    if old is not None and old._pid == os.getpid():
+        old.close()
+    return _client
+
+
+def get_client() -> ToolClient:
+    """This process's client, built from the environment on first use (again after fork)."""
+    client = _client
+    if client is None or client._pid != os.getpid():
+        return configure(None if client is None else client.settings)
+    return client

@@ -1,0 +1,49 @@
+"""Check a call's arguments against the tool's JSON Schema before anything is sent.
+
+A validator is compiled once per schema. A bad call raises
+:class:`~agent_client.errors.ToolArgumentsInvalid` naming each offending field, and
+costs no round trip.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from agent_client.errors import ToolArgumentsInvalid
+
+__all__ = ["ArgumentValidator"]
+
+
+class ArgumentValidator:
+    """The compiled validator of one tool's parameters."""
+
+    def __init__(self, tool: str, schema: dict[str, Any], *, max_bytes: int) -> None:
+        self._tool = tool
+        self._validator = Draft202012Validator(schema)
+        self._max_bytes = max_bytes
+
+    def check(self, arguments: Any) -> None:
+        """Raise :class:`ToolArgumentsInvalid` unless ``arguments`` fit the schema."""
+        if not isinstance(arguments, dict):
+            raise ToolArgumentsInvalid(self._tool, [f"arguments must be an object, got {type(arguments).__name__}"])
+        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if errors:
+            raise ToolArgumentsInvalid(self._tool, [_describe(e) for e in errors])
+        try:
+            size = len(json.dumps(arguments, separators=(",", ":"), allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            raise ToolArgumentsInvalid(self._tool, [f"arguments are not JSON: {exc}"]) from None
+        if size > self._max_bytes:
+            raise ToolArgumentsInvalid(
+                self._tool,
+                [f"arguments are {size} bytes of JSON; the limit is {self._max_bytes} (TOOLEXEC_MAX_ARGUMENT_BYTES)"],
+            )
+
+
+def _describe(error: ValidationError) -> str:
+    path = ".".join(str(p) for p in error.absolute_path)
+    return f"{path}: {error.message}" if path else error.message

@@ -1,0 +1,99 @@
+"""Publish this worker's tools to the catalog and keep its heartbeat.
+
+On start a worker writes the :class:`ToolSpec` of every registered tool to the catalog
+hash and starts a heartbeat: a key per worker, naming the queues and tools it serves,
+whose TTL is one heartbeat interval. It is refreshed three times per interval, so a
+dead worker drops out within one interval; clients never see it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable
+
+import redis
+
+from executor import keys
+from executor.protocol import WorkerInfo
+from executor.registry import ToolDefinition
+
+__all__ = ["Heartbeat", "publish_specs"]
+
+logger = logging.getLogger(__name__)
+
+
+def publish_specs(client: redis.Redis, definitions: Iterable[ToolDefinition]) -> None:
+    """Write each tool's spec to the catalog."""
+    mapping = {d.name: d.spec.model_dump_json() for d in definitions}
+    if mapping:
+        client.hset(keys.CATALOG, mapping=mapping)
+
+
+class Heartbeat:
+    """A daemon thread that keeps this worker's entry in the catalog alive."""
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        hostname: str,
+        queues: Iterable[str],
+        definitions: Iterable[ToolDefinition],
+        interval: float,
+        pool: str = "",
+    ) -> None:
+        queues = tuple(sorted(set(queues)))
+        served = tuple(sorted(d.name for d in definitions if d.spec.queue in queues))
+        self.info = WorkerInfo(
+            worker_id=f"{hostname}:{os.getpid()}",
+            hostname=hostname or socket.gethostname(),
+            pid=os.getpid(),
+            queues=queues,
+            tools=served,
+            pool=pool,
+            started_at=time.time(),
+        )
+        self._client = client
+        self._interval = interval
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="toolexec-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        """Publish the first beat now, then keep beating in the background."""
+        self.beat()
+        self._thread.start()
+        logger.info(
+            "toolexec worker %s serves %d tools on queues %s",
+            self.info.worker_id, len(self.info.tools), ",".join(self.info.queues),
+        )
+
+    def beat(self) -> None:
+        """Refresh this worker's heartbeat key once."""
+        pipe = self._client.pipeline(transaction=False)
+        pipe.set(keys.worker(self.info.worker_id), self.info.model_dump_json(), px=int(self._interval * 1000))
+        pipe.sadd(keys.WORKERS, self.info.worker_id)
+        pipe.execute()
+
+    def stop(self) -> None:
+        """Stop beating and leave the catalog at once."""
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self._interval)
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.delete(keys.worker(self.info.worker_id))
+            pipe.srem(keys.WORKERS, self.info.worker_id)
+            pipe.execute()
+        except redis.RedisError as exc:
+            logger.warning("could not remove heartbeat of %s: %s", self.info.worker_id, exc)
+
+    def _run(self) -> None:
+        while not self._stopping.wait(self._interval / 3):
+            try:
+                self.beat()
+            except redis.RedisError as exc:
+                logger.warning("heartbeat of %s failed: %s", self.info.worker_id, exc)

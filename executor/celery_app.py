@@ -1,0 +1,112 @@
+"""The Celery app that workers run: ``celery -A executor worker``.
+
+Building it imports the tool modules (``TOOLEXEC_TOOL_MODULES``) so the registry is
+full before the worker forks, configures JSON-only messaging, and wires the catalog
+heartbeat to the worker's start and stop.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from typing import Any
+
+from celery import Celery, signals
+from kombu import Queue
+
+from executor.backend import ReplyBackend
+from executor.catalog import Heartbeat, publish_specs
+from executor.errors import ConfigurationError
+from executor.registry import registered_tools
+from executor.reply import redis_client
+from executor.settings import Settings
+from executor.task import register_tasks
+
+__all__ = ["create_app", "get_app", "import_tool_modules"]
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_app: Celery | None = None
+
+
+def import_tool_modules(settings: Settings) -> None:
+    """Import every module named in ``settings.tool_modules``."""
+    for module in settings.tool_modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"TOOLEXEC_TOOL_MODULES names {module!r}, which cannot be imported: {exc}"
+            ) from exc
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    """Build the worker's Celery app from ``settings`` (default: the environment)."""
+    settings = settings or Settings.from_env()
+    import_tool_modules(settings)
+    tools = registered_tools()
+    longest = max((t.spec.hard_timeout or 0 for t in tools.values()), default=0)
+    if longest >= settings.visibility_timeout:
+        raise ConfigurationError(
+            f"TOOLEXEC_VISIBILITY_TIMEOUT ({settings.visibility_timeout}s) must exceed the longest "
+            f"hard_timeout ({longest:g}s), or Redis redelivers calls that are still running"
+        )
+    queues = sorted({t.spec.queue for t in tools.values()} | {"default"})
+    app = Celery("toolexec", set_as_current=False)
+    app.conf.update(
+        broker_url=settings.broker_url,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        task_ignore_result=True,
+        result_expires=settings.reply_ttl,
+        task_default_queue="default",
+        task_queues=[Queue(name, routing_key=name) for name in queues],
+        worker_prefetch_multiplier=1,
+        worker_hijack_root_logger=False,
+    )
+    app.toolexec_settings = settings
+    register_tasks(app, settings, ReplyBackend(app=app, settings=settings))
+    return app
+
+
+def get_app() -> Celery:
+    """The process's worker app, built on first use from the environment."""
+    global _app
+    with _lock:
+        if _app is None:
+            _app = create_app()
+        return _app
+
+
+_heartbeats: list[Heartbeat] = []
+
+
+@signals.worker_ready.connect
+def _on_worker_ready(sender: Any = None, **_: Any) -> None:
+    app = sender.app
+    settings: Settings | None = getattr(app, "toolexec_settings", None)
+    if settings is None:  # a worker of some other app in this process
+        return
+    client = redis_client(settings)
+    tools = registered_tools()
+    publish_specs(client, tools.values())
+    queues = [q.name for q in sender.task_consumer.queues]
+    pool = type(sender.pool).__module__.rsplit(".", 1)[-1] if sender.pool is not None else ""
+    heartbeat = Heartbeat(
+        client, hostname=sender.hostname, queues=queues, definitions=tools.values(),
+        interval=settings.heartbeat_interval, pool=pool,
+    )
+    heartbeat.start()
+    _heartbeats.append(heartbeat)
+
+
+@signals.worker_shutdown.connect
+def _on_worker_shutdown(**_: Any) -> None:
+    while _heartbeats:
+        _heartbeats.pop().stop()

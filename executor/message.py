@@ -1,0 +1,70 @@
+"""Celery's task message (protocol 2), built without Celery.
+
+The client writes it straight to the queue's Redis list, exactly as kombu's Redis
+transport would, so a stock ``celery worker`` runs it and Flower sees it, without
+paying for ``apply_async`` on every call.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+
+from executor.protocol import CallRequest
+
+__all__ = ["redis_envelope", "task_headers"]
+
+_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
+
+
+def task_headers(
+    call: CallRequest, *, task_name: str, hard_limit: float | None = None, origin: str = ""
+) -> dict[str, Any]:
+    """Protocol 2 headers for ``call``; no tool data goes into the reprs."""
+    expires = (
+        datetime.fromtimestamp(call.deadline, tz=timezone.utc).isoformat() if call.deadline is not None else None
+    )
+    return {
+        "lang": "py",
+        "task": task_name,
+        "id": call.call_id,
+        "shadow": None,
+        "eta": None,
+        "expires": expires,
+        "group": None,
+        "group_index": None,
+        "retries": 0,
+        "timelimit": [hard_limit, None],
+        "root_id": call.call_id,
+        "parent_id": None,
+        "argsrepr": "()",
+        "kwargsrepr": f"{{'tool': {call.tool!r}}}",
+        "origin": origin,
+        "ignore_result": True,
+    }
+
+
+def redis_envelope(call: CallRequest, *, queue: str, headers: dict[str, Any]) -> str:
+    """The JSON kombu's Redis transport stores in a queue's list for ``call``."""
+    body = json.dumps([[], call.model_dump(mode="json"), _EMBED], separators=(",", ":"))
+    return json.dumps(
+        {
+            "body": base64.b64encode(body.encode()).decode(),
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": headers,
+            "properties": {
+                "correlation_id": call.call_id,
+                "reply_to": call.reply_to,
+                "delivery_mode": 2,
+                "delivery_info": {"exchange": "", "routing_key": queue},
+                "priority": 0,
+                "body_encoding": "base64",
+                "delivery_tag": str(uuid.uuid4()),
+            },
+        },
+        separators=(",", ":"),
+    )

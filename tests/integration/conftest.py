@@ -1,0 +1,119 @@
+"""Fixtures that start a private Redis server and real Celery workers.
+
+Nothing here touches the machine's Redis on 6379: the session gets its own server on a
+free port, and every worker started through :func:`worker_factory` is stopped by PID
+when its test ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+import redis
+
+from executor.launch import Pool, RedisServer, WorkerProcess
+from executor.settings import Settings
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+class WorkerFactory(Protocol):
+    """Starts a worker for the current test; the fixture stops it at teardown."""
+
+    def __call__(
+        self,
+        *,
+        pool: Pool = "prefork",
+        concurrency: int = 2,
+        queues: Sequence[str] = ("default",),
+        name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        wait: bool = True,
+        timeout: float = 30.0,
+    ) -> WorkerProcess: ...
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private Redis server on a free port, for the whole session."""
+    with RedisServer(directory=tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def settings_env(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    """``TOOLEXEC_*`` variables pointing at the private server; treat as read-only."""
+    return {
+        "TOOLEXEC_BROKER_URL": redis_server.url,
+        "TOOLEXEC_REDIS_URL": redis_server.url,
+        "TOOLEXEC_DATA_DIR": str(tmp_path_factory.mktemp("data")),
+        "TOOLEXEC_HEARTBEAT_INTERVAL": "1",
+    }
+
+
+@pytest.fixture(scope="session")
+def settings(settings_env: dict[str, str]) -> Settings:
+    """The settings a worker started with :data:`settings_env` sees."""
+    return Settings.from_env(settings_env)
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of the private server, closed after the test."""
+    with redis.Redis.from_url(redis_server.url) as client:
+        yield client
+
+
+@pytest.fixture
+def flush_redis(redis_server: RedisServer) -> Iterator[Callable[[], None]]:
+    """Empty the private server before the test; call the value to empty it again.
+
+    Workers of the session lose their heartbeat too; they publish it again within
+    ``TOOLEXEC_HEARTBEAT_INTERVAL``.
+    """
+
+    def flush() -> None:
+        with redis.Redis.from_url(redis_server.url) as client:
+            client.flushall()
+
+    flush()
+    yield flush
+
+
+@pytest.fixture
+def worker_factory(settings_env: dict[str, str], tmp_path: Path) -> Iterator[WorkerFactory]:
+    """Start real ``celery -A executor worker`` processes; all are stopped at teardown."""
+    numbers = itertools.count(1)
+
+    def start(
+        *,
+        pool: Pool = "prefork",
+        concurrency: int = 2,
+        queues: Sequence[str] = ("default",),
+        name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        wait: bool = True,
+        timeout: float = 30.0,
+    ) -> WorkerProcess:
+        worker = WorkerProcess(
+            name=name or f"w{next(numbers)}-{uuid.uuid4().hex[:8]}",
+            pool=pool,
+            concurrency=concurrency,
+            queues=queues,
+            env={**settings_env, **(env or {})},
+            cwd=PROJECT_ROOT,
+            log_dir=tmp_path / "workers",
+        )
+        stack.callback(worker.stop, timeout=10.0)
+        return worker.start(wait=wait, timeout=timeout)
+
+    with contextlib.ExitStack() as stack:
+        yield start
