@@ -3,7 +3,8 @@
 On start a worker writes the :class:`ToolSpec` of every registered tool to the catalog
 hash and starts a heartbeat: a key per worker, naming the queues and tools it serves,
 whose TTL is one heartbeat interval. It is refreshed three times per interval, so a
-dead worker drops out within one interval; clients never see it again.
+dead worker drops out within one interval; clients never see it again. Each beat also
+writes the specs again, so a catalog lost with a Redis restart heals within a beat.
 """
 
 from __future__ import annotations
@@ -21,16 +22,9 @@ from executor import keys
 from executor.protocol import WorkerInfo
 from executor.registry import ToolDefinition
 
-__all__ = ["Heartbeat", "publish_specs"]
+__all__ = ["Heartbeat"]
 
 logger = logging.getLogger(__name__)
-
-
-def publish_specs(client: redis.Redis, definitions: Iterable[ToolDefinition]) -> None:
-    """Write each tool's spec to the catalog."""
-    mapping = {d.name: d.spec.model_dump_json() for d in definitions}
-    if mapping:
-        client.hset(keys.CATALOG, mapping=mapping)
 
 
 class Heartbeat:
@@ -47,6 +41,7 @@ class Heartbeat:
         pool: str = "",
     ) -> None:
         queues = tuple(sorted(set(queues)))
+        definitions = list(definitions)
         served = tuple(sorted(d.name for d in definitions if d.spec.queue in queues))
         self.info = WorkerInfo(
             worker_id=f"{hostname}:{os.getpid()}",
@@ -58,6 +53,7 @@ class Heartbeat:
             started_at=time.time(),
         )
         self._client = client
+        self._specs = {d.name: d.spec.model_dump_json() for d in definitions}
         self._interval = interval
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="toolexec-heartbeat", daemon=True)
@@ -74,6 +70,8 @@ class Heartbeat:
     def beat(self) -> None:
         """Refresh this worker's heartbeat key once."""
         pipe = self._client.pipeline(transaction=False)
+        if self._specs:
+            pipe.hset(keys.CATALOG, mapping=self._specs)
         pipe.set(keys.worker(self.info.worker_id), self.info.model_dump_json(), px=int(self._interval * 1000))
         pipe.sadd(keys.WORKERS, self.info.worker_id)
         pipe.execute()

@@ -16,7 +16,7 @@ from celery import Celery, signals
 from kombu import Queue
 
 from executor.backend import ReplyBackend
-from executor.catalog import Heartbeat, publish_specs
+from executor.catalog import Heartbeat
 from executor.errors import ConfigurationError
 from executor.registry import registered_tools
 from executor.reply import redis_client
@@ -95,7 +95,6 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
         return
     client = redis_client(settings)
     tools = registered_tools()
-    publish_specs(client, tools.values())
     queues = [q.name for q in sender.task_consumer.queues]
     pool = type(sender.pool).__module__.rsplit(".", 1)[-1] if sender.pool is not None else ""
     heartbeat = Heartbeat(
