@@ -20,6 +20,7 @@ from agent_client.errors import (
     WorkerLost,
 )
 from agent_client.remote import RemoteTool, RemoteToolset, remote_tool, remote_tools
+from agent_client.scope import current_run_id, run_scope
 
 __all__ = [
     # Proxies
@@ -27,6 +28,9 @@ __all__ = [
     "remote_tools",
     "RemoteTool",
     "RemoteToolset",
+    # Runs
+    "run_scope",
+    "current_run_id",
     # Deadlines
     "NOT_SET",
     "NotSet",

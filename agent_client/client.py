@@ -30,7 +30,10 @@ from agent_client.errors import (
     ToolTimeoutError,
     WorkerLost,
 )
-from agent_client.listener import ReplyListener
+from agent_client.idempotency import claim
+from agent_client.idempotency import idempotency_key as key_for
+from agent_client.listener import ReplyListener, Watch
+from agent_client.scope import current_run_id
 from agent_client.validation import ArgumentValidator
 from executor import keys
 from executor.message import redis_envelope, task_headers
@@ -59,7 +62,12 @@ class ToolClient:
         self._broker = self._redis(settings.broker_url)
         self.redis = self._broker if settings.redis_url == settings.broker_url else self._redis(settings.redis_url)
         self.catalog = Catalog(self.redis, max_age=min(1.0, settings.heartbeat_interval / 2))
-        self.listener = ReplyListener(lambda: self._redis(settings.redis_url, blocking=True), keys.reply(self.client_id))
+        self.listener = ReplyListener(
+            lambda: self._redis(settings.redis_url, blocking=True),
+            keys.reply(self.client_id),
+            check_interval=settings.heartbeat_interval,
+            broker=self._broker,
+        )
         self._validators: dict[str, tuple[ToolSpec, ArgumentValidator]] = {}
         self._origin = f"toolexec-client@{os.getpid()}"
 
@@ -94,9 +102,19 @@ class ToolClient:
         run_id: str | None = None,
         idempotency_key: str | None = None,
     ) -> tuple[CallRequest, concurrent.futures.Future[CallOutcome]]:
-        """Validate and publish one call; return it and the future of its outcome."""
+        """Validate and publish one call; return it and the future of its outcome.
+
+        For an idempotent tool the publish is a claim: a stored outcome resolves the
+        future at once, and a call already under way in the run is joined.
+        """
         self.validate(spec, arguments)
         self.catalog.spec(spec.name)  # ToolNotFound if no live worker serves it
+        if spec.idempotent and idempotency_key is None:
+            run = run_id or current_run_id() or uuid.uuid4().hex  # outside a scope: a run of its own
+            idempotency_key = key_for(run, spec.name, spec.parameters, arguments)
+            run_id = run
+        elif run_id is None:
+            run_id = current_run_id()
         call = CallRequest(
             call_id=uuid.uuid4().hex,
             tool=spec.name,
@@ -109,35 +127,76 @@ class ToolClient:
         hard = spec.hard_timeout + _CELERY_LIMIT_MARGIN if spec.hard_timeout else None
         headers = task_headers(call, task_name=task_name_for(spec.delivery), hard_limit=hard, origin=self._origin)
         envelope = redis_envelope(call, queue=spec.queue, headers=headers)
-        future = self.listener.expect(call.call_id)
+        watch = Watch(
+            running_key=keys.running(idempotency_key or call.call_id),
+            delivery=spec.delivery,
+            queue=spec.queue,
+            envelope=envelope,
+            since=time.monotonic(),
+        )
+        future = self.listener.expect(call.call_id, watch)
         try:
-            self._broker.lpush(spec.queue, envelope)
+            if idempotency_key is None:
+                self._broker.lpush(spec.queue, envelope)
+            else:
+                self._claim(spec, call, idempotency_key, envelope, future, timeout=timeout)
         except redis.RedisError as exc:
             self.listener.forget(call.call_id)
             raise BrokerUnavailable(f"cannot send the call to {spec.name!r}: {exc}", tool=spec.name) from exc
         return call, future
 
+    def _claim(
+        self,
+        spec: ToolSpec,
+        call: CallRequest,
+        key: str,
+        envelope: str,
+        future: concurrent.futures.Future[CallOutcome],
+        *,
+        timeout: float | None,
+    ) -> None:
+        window = timeout if timeout is not None else self.settings.outcome_ttl
+        ttl_ms = int((window + (spec.hard_timeout or 0) + self.settings.claim_margin) * 1000)
+        same_server = self._broker is self.redis
+        state, stored = claim(
+            self.redis, key, call_id=call.call_id, reply_to=self.client_id, ttl_ms=ttl_ms,
+            queue=spec.queue, envelope=envelope, push=same_server,
+        )  # fmt: skip
+        if state == "claimed" and not same_server:
+            self._broker.lpush(spec.queue, envelope)
+        elif state == "stored":
+            self.listener.forget(call.call_id)
+            future.set_result(CallOutcome.model_validate_json(stored))
+
     async def call(self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, **options: Any) -> Any:
         """Run a call and return its result, waiting without blocking the event loop."""
-        call, future = self.start(spec, arguments, timeout=timeout, **options)
-        try:
-            outcome = await asyncio.wait_for(asyncio.wrap_future(future), timeout)
-        except TimeoutError:
-            raise ToolTimeoutError(spec.name, timeout or 0.0) from None
-        finally:
-            self.listener.forget(call.call_id)
-        return result_of(spec.name, outcome, timeout=timeout)
+        ends = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if ends is None else max(0.0, ends - time.monotonic())
+            call, future = self.start(spec, arguments, timeout=left, **options)
+            try:
+                outcome = await asyncio.wait_for(asyncio.wrap_future(future), left)
+            except TimeoutError:
+                raise ToolTimeoutError(spec.name, timeout or 0.0) from None
+            finally:
+                self.listener.forget(call.call_id)
+            if not _joined_an_expired_call(call, outcome):
+                return result_of(spec.name, outcome, timeout=timeout)
 
     def call_sync(self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, **options: Any) -> Any:
         """Run a call and return its result, blocking this thread until the deadline."""
-        call, future = self.start(spec, arguments, timeout=timeout, **options)
-        try:
-            outcome = future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise ToolTimeoutError(spec.name, timeout or 0.0) from None
-        finally:
-            self.listener.forget(call.call_id)
-        return result_of(spec.name, outcome, timeout=timeout)
+        ends = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if ends is None else max(0.0, ends - time.monotonic())
+            call, future = self.start(spec, arguments, timeout=left, **options)
+            try:
+                outcome = future.result(left)
+            except concurrent.futures.TimeoutError:
+                raise ToolTimeoutError(spec.name, timeout or 0.0) from None
+            finally:
+                self.listener.forget(call.call_id)
+            if not _joined_an_expired_call(call, outcome):
+                return result_of(spec.name, outcome, timeout=timeout)
 
     def close(self) -> None:
         """Stop the listener and close the connection pools."""
@@ -145,6 +204,16 @@ class ToolClient:
         self._broker.close()
         if self.redis is not self._broker:
             self.redis.close()
+
+
+def _joined_an_expired_call(call: CallRequest, outcome: CallOutcome) -> bool:
+    # This caller joined an execution whose own caller's deadline passed before it
+    # started: nothing ran and the claim is free, so claim it again for this caller.
+    return (
+        outcome.error is not None
+        and outcome.error.kind is ErrorKind.EXPIRED
+        and outcome.call_id != call.call_id
+    )
 
 
 def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None) -> Any:

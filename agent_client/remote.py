@@ -77,19 +77,53 @@ class RemoteTool:
 
     # -- calling -------------------------------------------------------------------
 
-    async def invoke(self, arguments: dict[str, Any], *, timeout: Timeout = NOT_SET, framework_timeout: Timeout = NOT_SET) -> Any:
-        """Run the tool with ``arguments`` (a dict) and per-call options as keywords.
+    async def invoke(
+        self,
+        arguments: dict[str, Any],
+        *,
+        timeout: Timeout = NOT_SET,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        framework_timeout: Timeout = NOT_SET,
+    ) -> Any:
+        """Run the tool with ``arguments`` (a dict); per-call options are keywords.
+
+        Options never clash with argument names, since the arguments are one dict.
+
+        Args:
+            arguments: The tool's arguments.
+            timeout: This call's deadline in seconds (None: no deadline); wins over
+                every default.
+            run_id: The agent run; default: the enclosing ``run_scope()``, if any.
+            idempotency_key: Use this key instead of the one derived from the run,
+                tool and arguments (idempotent tools only).
+            framework_timeout: The framework's default deadline (adapters set it).
 
         Raises:
             RemoteToolError: One of its subclasses; see ``agent_client.errors``.
         """
         limit = self.effective_timeout(timeout, framework_timeout)
-        return await self.client.call(self.spec, arguments, timeout=limit)
+        options = self._options(run_id, idempotency_key)
+        return await self.client.call(self.spec, arguments, timeout=limit, **options)
 
-    def invoke_sync(self, arguments: dict[str, Any], *, timeout: Timeout = NOT_SET, framework_timeout: Timeout = NOT_SET) -> Any:
+    def invoke_sync(
+        self,
+        arguments: dict[str, Any],
+        *,
+        timeout: Timeout = NOT_SET,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        framework_timeout: Timeout = NOT_SET,
+    ) -> Any:
         """Blocking form of :meth:`invoke`; works inside and outside an event loop."""
         limit = self.effective_timeout(timeout, framework_timeout)
-        return self.client.call_sync(self.spec, arguments, timeout=limit)
+        options = self._options(run_id, idempotency_key)
+        return self.client.call_sync(self.spec, arguments, timeout=limit, **options)
+
+    def _options(self, run_id: str | None, idempotency_key: str | None) -> dict[str, Any]:
+        if idempotency_key is not None and not self.spec.idempotent:
+            raise ValueError(f"tool {self.name!r} is not idempotent; it takes no idempotency_key")
+        return {"run_id": run_id, "idempotency_key": idempotency_key}
 
     async def run(self, **arguments: Any) -> Any:
         """Run the tool: ``await search.run(query="...")``."""

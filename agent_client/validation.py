@@ -36,7 +36,7 @@ class ArgumentValidator:
         try:
             size = len(json.dumps(arguments, separators=(",", ":"), allow_nan=False))
         except (TypeError, ValueError) as exc:
-            raise ToolArgumentsInvalid(self._tool, [f"arguments are not JSON: {exc}"]) from None
+            raise ToolArgumentsInvalid(self._tool, [_not_json(arguments, exc)]) from None
         if size > self._max_bytes:
             raise ToolArgumentsInvalid(
                 self._tool,
@@ -47,3 +47,35 @@ class ArgumentValidator:
 def _describe(error: ValidationError) -> str:
     path = ".".join(str(p) for p in error.absolute_path)
     return f"{path}: {error.message}" if path else error.message
+
+
+def _not_json(arguments: dict[str, Any], exc: Exception) -> str:
+    """Name the first value JSON cannot carry, so the model knows which field to fix."""
+    found = _find_not_json(arguments, (), set())
+    if found is None:
+        return f"arguments are not JSON: {exc}"
+    where = ".".join(str(p) for p in found) or "(arguments)"
+    return f"{where}: not a JSON value ({exc})"
+
+
+def _find_not_json(value: Any, path: tuple[Any, ...], seen: set[int]) -> tuple[Any, ...] | None:
+    if isinstance(value, dict | list | tuple):
+        if id(value) in seen:
+            return path  # a circular reference
+        seen = seen | {id(value)}
+        if isinstance(value, dict):
+            if not all(isinstance(k, str | int | float | bool) or k is None for k in value):
+                return path
+            items: Any = value.items()
+        else:
+            items = enumerate(value)
+        for key, item in items:
+            found = _find_not_json(item, (*path, key), seen)
+            if found is not None:
+                return found
+        return None
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return path
+    return None

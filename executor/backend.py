@@ -51,6 +51,8 @@ class ReplyBackend(DisabledBackend):  # type: ignore[misc]
 
     def _report(self, task_id: str, request: Any, kind: ErrorKind, type_name: str, message: str) -> None:
         # Imported here: the task module imports this one.
+        from executor.idempotency import should_store
+        from executor.registry import get_tool
         from executor.task import finish
 
         kwargs = getattr(request, "kwargs", None) or {}
@@ -62,4 +64,6 @@ class ReplyBackend(DisabledBackend):  # type: ignore[misc]
         hostname = getattr(request, "hostname", "") or ""
         outcome = CallOutcome.failure(call.call_id, kind, type_name, message, worker=hostname)
         logger.warning("call %s of %s: %s", call.call_id, call.tool, kind.value)
-        finish(call, outcome, settings=self.toolexec_settings, store=False)
+        definition = get_tool(call.tool)
+        store = should_store(definition.spec if definition else None, outcome)
+        finish(call, outcome, settings=self.toolexec_settings, store=store)

@@ -34,6 +34,7 @@ class Heartbeat:
         self,
         client: redis.Redis,
         *,
+        worker_id: str,
         hostname: str,
         queues: Iterable[str],
         definitions: Iterable[ToolDefinition],
@@ -44,7 +45,7 @@ class Heartbeat:
         definitions = list(definitions)
         served = tuple(sorted(d.name for d in definitions if d.spec.queue in queues))
         self.info = WorkerInfo(
-            worker_id=f"{hostname}:{os.getpid()}",
+            worker_id=worker_id,
             hostname=hostname or socket.gethostname(),
             pid=os.getpid(),
             queues=queues,

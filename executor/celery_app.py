@@ -18,6 +18,7 @@ from kombu import Queue
 from executor.backend import ReplyBackend
 from executor.catalog import Heartbeat
 from executor.errors import ConfigurationError
+from executor.identity import mark_main_process, worker_id
 from executor.registry import registered_tools
 from executor.reply import redis_client
 from executor.settings import Settings
@@ -87,6 +88,11 @@ def get_app() -> Celery:
 _heartbeats: list[Heartbeat] = []
 
 
+@signals.celeryd_init.connect
+def _on_worker_init(**_: Any) -> None:
+    mark_main_process()
+
+
 @signals.worker_ready.connect
 def _on_worker_ready(sender: Any = None, **_: Any) -> None:
     app = sender.app
@@ -98,7 +104,7 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
     queues = [q.name for q in sender.task_consumer.queues]
     pool = type(sender.pool).__module__.rsplit(".", 1)[-1] if sender.pool is not None else ""
     heartbeat = Heartbeat(
-        client, hostname=sender.hostname, queues=queues, definitions=tools.values(),
+        client, worker_id=worker_id(sender.hostname), hostname=sender.hostname, queues=queues, definitions=tools.values(),
         interval=settings.heartbeat_interval, pool=pool,
     )
     heartbeat.start()

@@ -7,6 +7,7 @@ import time.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,7 +127,9 @@ def _define(
     if not isinstance(queue, str) or not _QUEUE.match(queue):
         raise ToolDefinitionError(f"tool {name!r}: invalid queue name {queue!r}")
     for option, value in (("timeout", timeout), ("hard_timeout", hard_timeout)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or value <= 0):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0
+        ):
             raise ToolDefinitionError(f"tool {name!r}: {option} must be a positive number of seconds or None, got {value!r}")
     if delivery is None:
         delivery = "at_least_once" if idempotent else "at_most_once"

@@ -1,9 +1,8 @@
-"""Deliver an outcome to the client waiting for it.
+"""The worker's Redis client, one per process.
 
-The reply path is a Redis list per client process (``toolexec:reply:<client id>``):
-the worker pushes the outcome's JSON and refreshes the list's TTL in one round trip;
-the client's single listener pops it. A list, unlike pub/sub, keeps a reply while the
-client reconnects.
+Outcomes travel on a Redis list per client process (``toolexec:reply:<client id>``),
+written by :mod:`executor.idempotency`'s ``complete``; the client's single listener
+pops them. A list, unlike pub/sub, keeps a reply while the client reconnects.
 """
 
 from __future__ import annotations
@@ -13,11 +12,9 @@ import threading
 
 import redis
 
-from executor import keys
-from executor.protocol import CallRequest
 from executor.settings import Settings
 
-__all__ = ["deliver", "redis_client"]
+__all__ = ["redis_client"]
 
 _lock = threading.Lock()
 _clients: dict[tuple[int, str], redis.Redis] = {}
@@ -37,14 +34,3 @@ def redis_client(settings: Settings) -> redis.Redis:
                 )
                 _clients[key] = client
     return client
-
-
-def deliver(client: redis.Redis, request: CallRequest, encoded: str, *, settings: Settings) -> None:
-    """Push the encoded outcome of ``request`` to its caller's reply list."""
-    if not request.reply_to:
-        return
-    key = keys.reply(request.reply_to)
-    pipe = client.pipeline(transaction=False)
-    pipe.rpush(key, encoded)
-    pipe.expire(key, settings.reply_ttl)
-    pipe.execute()

@@ -88,7 +88,7 @@ def execute(request: CallRequest, *, worker: str = "", definition: ToolDefinitio
         )
     try:
         result = pydantic_core.to_jsonable_python(value)
-    except pydantic_core.PydanticSerializationError:
+    except ValueError:  # PydanticSerializationError, circular references, undecodable bytes
         return CallOutcome.failure(
             call_id, ErrorKind.EXECUTION, "UnserializableResult",
             f"tool {request.tool!r} returned a {type(value).__qualname__}, which cannot be sent as "
@@ -101,11 +101,12 @@ def execute(request: CallRequest, *, worker: str = "", definition: ToolDefinitio
 def encode_outcome(outcome: CallOutcome, *, tool: str, max_bytes: int) -> str:
     """The outcome as JSON, replaced by an error outcome when it exceeds ``max_bytes``."""
     encoded = outcome.model_dump_json()
-    if len(encoded) <= max_bytes:
+    size = len(encoded.encode())
+    if size <= max_bytes:
         return encoded
     too_big = CallOutcome.failure(
         outcome.call_id, ErrorKind.EXECUTION, "ResultTooLarge",
-        f"tool {tool!r} returned {len(encoded)} bytes of JSON; the limit is {max_bytes} "
+        f"tool {tool!r} returned {size} bytes of JSON; the limit is {max_bytes} "
         "(TOOLEXEC_MAX_RESULT_BYTES)",
         worker=outcome.worker,
     )
@@ -135,10 +136,15 @@ def _thread_loop() -> asyncio.AbstractEventLoop:
 
 def _run_async(func: Callable[..., Any], kwargs: dict[str, Any], hard_timeout: float | None) -> Any:
     async def bounded() -> Any:
+        # A TimeoutError the tool raises itself is its own failure, not our hard limit.
+        scope = asyncio.timeout(hard_timeout)
         try:
-            return await asyncio.wait_for(func(**kwargs), hard_timeout)
+            async with scope:
+                return await func(**kwargs)
         except TimeoutError:
-            raise _HardTimeout from None
+            if scope.expired():
+                raise _HardTimeout from None
+            raise
 
     return _thread_loop().run_until_complete(bounded())
 

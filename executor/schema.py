@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -67,11 +68,7 @@ def function_schema(func: Callable[..., Any], *, name: str, description: str | N
     # 2. Signature and type hints.
     fields = _fields(func, name=name, param_docs=param_docs)
     # 3. The argument model.
-    model = pydantic.create_model(  # type: ignore[call-overload]
-        f"{_camel(name)}Arguments",
-        __config__=ConfigDict(extra="forbid"),
-        **fields,
-    )
+    model = _create_model(f"{_camel(name)}Arguments", fields, config=ConfigDict(extra="forbid"))
     # 4. JSON Schema.
     try:
         parameters = model.model_json_schema()
@@ -119,17 +116,29 @@ def _fields(
         # erase one from Annotated[..., Field(description=...)].
         field = Field(default=default, description=param_docs[param.name]) if described else Field(default=default)
         fields[param.name] = (annotation, field)
-    try:
-        # Fail here, at import, if pydantic cannot build a validator for a type.
-        pydantic.create_model("_Probe", **fields)  # type: ignore[call-overload]
-    except pydantic.PydanticSchemaGenerationError as exc:
-        raise ToolDefinitionError(
-            f"tool {name!r}: a parameter type is not a JSON type ({exc.message}); use str, int, "
-            "float, bool, list, dict, Literal, Enum, dataclasses or pydantic models"
-        ) from None
-    except pydantic.PydanticUserError as exc:
-        raise ToolDefinitionError(f"tool {name!r}: {exc.message}") from None
+        try:
+            # Fail here, at import, if pydantic cannot build a validator for this type.
+            _create_model("_Probe", {param.name: fields[param.name]})
+        except pydantic.PydanticSchemaGenerationError:
+            shown = annotation.__qualname__ if isinstance(annotation, type) else repr(annotation)
+            raise ToolDefinitionError(
+                f"{where}: {shown} is not a JSON type; use str, int, float, bool, list, dict, "
+                "Literal, Enum, dataclasses or pydantic models"
+            ) from None
+        except pydantic.PydanticUserError as exc:
+            raise ToolDefinitionError(f"{where}: {exc.message}") from None
+        except (TypeError, ValueError) as exc:
+            # e.g. `model_config` or `model_dump`: names pydantic reserves for itself.
+            raise ToolDefinitionError(f"{where}: cannot be a tool argument ({exc}); rename it") from None
     return fields
+
+
+def _create_model(model_name: str, fields: dict[str, Any], *, config: ConfigDict | None = None) -> type[BaseModel]:
+    with warnings.catch_warnings():
+        # A parameter named like a BaseModel attribute (`schema`, `json`, `copy`) works:
+        # the runner reads arguments by field name. pydantic's warning would only be noise.
+        warnings.filterwarnings("ignore", message=r"Field name .* shadows an attribute", category=UserWarning)
+        return pydantic.create_model(model_name, __config__=config, **fields)
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:

@@ -47,11 +47,11 @@ class Settings(BaseModel):
     broker_url: str = "redis://localhost:6379/0"
     redis_url: str = ""
     tool_modules: tuple[str, ...] = ("tasks",)
-    default_timeout: float | None = Field(default=60.0, gt=0)
-    heartbeat_interval: float = Field(default=3.0, gt=0)
+    default_timeout: float | None = Field(default=60.0, gt=0, allow_inf_nan=False)
+    heartbeat_interval: float = Field(default=3.0, gt=0, allow_inf_nan=False)
     reply_ttl: int = Field(default=600, gt=0)
     outcome_ttl: int = Field(default=86_400, gt=0)
-    claim_margin: float = Field(default=30.0, ge=0)
+    claim_margin: float = Field(default=30.0, ge=0, allow_inf_nan=False)
     visibility_timeout: int = Field(default=3600, gt=0)
     max_argument_bytes: int = Field(default=1_048_576, gt=0)
     max_result_bytes: int = Field(default=4_194_304, gt=0)

@@ -9,13 +9,17 @@ deliver the outcome.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import pydantic
 import redis
 
+from executor.idempotency import begin, complete, should_store
+from executor.identity import holder
 from executor.protocol import TASK_AT_LEAST_ONCE, TASK_AT_MOST_ONCE, CallOutcome, CallRequest
-from executor.reply import deliver, redis_client
+from executor.registry import get_tool
+from executor.reply import redis_client
 from executor.runner import encode_outcome, execute
 from executor.settings import Settings
 
@@ -25,23 +29,58 @@ logger = logging.getLogger(__name__)
 
 
 def run_call(fields: dict[str, Any], *, settings: Settings, worker: str) -> CallOutcome | None:
-    """Run the call described by a task's keyword arguments and deliver its outcome."""
+    """Run the call described by a task's keyword arguments and deliver its outcome.
+
+    An expired call is refused; an idempotent call whose outcome is stored is answered
+    from the store; one another live delivery is running joins it instead of running.
+    """
     try:
         call = CallRequest.model_validate(fields)
     except pydantic.ValidationError as exc:
         # Nobody can be told: there is no valid reply address. Drop it, loudly.
         logger.error("dropped a malformed toolexec message: %d problems", exc.error_count())
         return None
-    outcome = execute(call, worker=worker)
-    finish(call, outcome, settings=settings)
+    definition = get_tool(call.tool)
+    spec = definition.spec if definition is not None else None
+    tag = holder(worker)
+    client = redis_client(settings)
+    now = time.time()
+    if call.deadline is not None and now >= call.deadline:
+        outcome = execute(call, worker=worker, definition=definition)  # refuses: expired
+        finish(call, outcome, settings=settings, store=False, holder=tag)
+        return outcome
+    hard = spec.hard_timeout if spec is not None and spec.hard_timeout else 0.0
+    window = (call.deadline - now) if call.deadline is not None else settings.outcome_ttl
+    ttl_ms = int((window + hard + settings.claim_margin) * 1000)
+    state, value = begin(client, call, holder=tag, hostname=worker, ttl_ms=ttl_ms)
+    if state == "busy":
+        logger.info("call %s of %s joined the delivery already running it", call.call_id, call.tool)
+        return None
+    if state == "stored":
+        logger.info("call %s of %s answered from its stored outcome", call.call_id, call.tool)
+        _complete(client, call, value, settings=settings, store=False, holder=tag)
+        return CallOutcome.model_validate_json(value)
+    outcome = execute(call, worker=worker, definition=definition)
+    finish(call, outcome, settings=settings, store=should_store(spec, outcome), holder=tag)
     return outcome
 
 
-def finish(call: CallRequest, outcome: CallOutcome, *, settings: Settings, store: bool = True) -> None:
-    """Deliver ``outcome`` to the caller of ``call``."""
+def finish(
+    call: CallRequest, outcome: CallOutcome, *, settings: Settings, store: bool = False, holder: str = ""
+) -> None:
+    """Deliver ``outcome`` to the caller of ``call`` (and its joiners); store it if asked."""
     encoded = encode_outcome(outcome, tool=call.tool, max_bytes=settings.max_result_bytes)
+    _complete(redis_client(settings), call, encoded, settings=settings, store=store, holder=holder)
+
+
+def _complete(
+    client: redis.Redis, call: CallRequest, encoded: str, *, settings: Settings, store: bool, holder: str
+) -> None:
     try:
-        deliver(redis_client(settings), call, encoded, settings=settings)
+        complete(
+            client, call, encoded, store=store, holder=holder,
+            outcome_ttl=settings.outcome_ttl, reply_ttl=settings.reply_ttl,
+        )  # fmt: skip
     except redis.RedisError as exc:
         logger.error("could not deliver the outcome of call %s: %s", call.call_id, exc)
 

@@ -1,0 +1,97 @@
+"""The client's half of "nothing runs twice": the idempotency key and the claim.
+
+The key hashes the run id, the tool name and the canonical JSON of the arguments:
+keys sorted, schema defaults filled in, integral numbers written one way (so ``0``
+and ``0.0`` are the same argument). The claim is one Lua script, one round trip:
+return a stored outcome, or claim the key and push the message, or join the
+execution under way as a waiter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any, Literal
+
+import redis
+from redis.commands.core import Script
+
+from executor import keys
+
+__all__ = ["Claim", "canonical_arguments", "claim", "idempotency_key"]
+
+Claim = Literal["claimed", "stored", "joined"]
+
+_CLAIM = """
+local stored = redis.call('GET', KEYS[2])
+if stored then return {'stored', stored} end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if ARGV[5] == '1' then redis.call('LPUSH', KEYS[4], ARGV[3]) end
+  return {'claimed', ''}
+end
+redis.call('RPUSH', KEYS[3], ARGV[4])
+if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
+return {'joined', ''}
+"""
+
+# EVALSHA, loading the script again after a Redis restart (redis-py's Script does).
+_SCRIPT = Script(None, _CLAIM.encode())
+
+
+def canonical_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> Any:
+    """``arguments`` with the schema's defaults filled in and numbers made canonical."""
+    return _canonical(schema, arguments, schema.get("$defs", {}))
+
+
+def _canonical(schema: dict[str, Any], value: Any, defs: dict[str, Any]) -> Any:
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        schema = defs.get(ref.removeprefix("#/$defs/"), {})
+    if isinstance(value, dict):
+        properties = schema.get("properties", {})
+        out = {k: _canonical(properties.get(k, {}), v, defs) for k, v in value.items()}
+        for name, prop in properties.items():
+            if name not in out and "default" in prop:
+                out[name] = _canonical(prop, prop["default"], defs)
+        return out
+    if isinstance(value, list):
+        items = schema.get("items", {})
+        return [_canonical(items if isinstance(items, dict) else {}, v, defs) for v in value]
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value
+
+
+def idempotency_key(run_id: str, tool: str, schema: dict[str, Any], arguments: dict[str, Any]) -> str:
+    """The key of a call: SHA-256 over run id, tool and canonical arguments."""
+    canonical = json.dumps(
+        [run_id, tool, canonical_arguments(schema, arguments)],
+        sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    )  # fmt: skip
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def claim(
+    client: redis.Redis,
+    key: str,
+    *,
+    call_id: str,
+    reply_to: str,
+    ttl_ms: int,
+    queue: str,
+    envelope: str,
+    push: bool,
+) -> tuple[Claim, str]:
+    """Claim ``key`` (and push ``envelope`` when ``push``), or find its outcome, or join.
+
+    Returns ``("claimed", "")``, ``("stored", outcome JSON)`` or ``("joined", "")``.
+    """
+    state, value = _SCRIPT(
+        keys=[keys.claim(key), keys.outcome(key), keys.waiters(key), queue],
+        args=[call_id, ttl_ms, envelope, f"{reply_to} {call_id}", "1" if push else "0"],
+        client=client,
+    )
+    state = state.decode() if isinstance(state, bytes) else state
+    value = value.decode() if isinstance(value, bytes) else value
+    return state, value

@@ -1,0 +1,85 @@
+"""The tools the benchmark's toolexec workers serve (``TOOLEXEC_TOOL_MODULES=bench.tools``).
+
+Each one is as small as the measurement allows: a no-op for round trips, an idempotent
+no-op for cache hits, a sleep that waits like I/O, and the shedding scenario's busy call
+and marker. Like any tool, these read no environment variables themselves: the Redis
+they write to comes from :meth:`Settings.from_env`.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Annotated
+
+import redis
+from pydantic import Field
+
+from bench import names
+from executor import Settings, tool
+from executor.reply import redis_client
+
+__all__ = ["noop", "noop_idempotent", "shed_busy", "shed_mark", "sleep_ms"]
+
+Milliseconds = Annotated[int, Field(ge=0, le=600_000, description="How long to wait, in milliseconds.")]
+
+
+@functools.cache
+def _settings() -> Settings:
+    return Settings.from_env()
+
+
+def _redis() -> redis.Redis:
+    return redis_client(_settings())
+
+
+@tool
+def noop() -> None:
+    """Do nothing and return at once; the round trip is what is measured."""
+
+
+@tool(idempotent=True)
+def noop_idempotent(key: int) -> int:
+    """Return ``key``; repeats with the same key in one run share one execution.
+
+    Args:
+        key: Any number; two calls with the same key in one run are the same call.
+    """
+    return key
+
+
+@tool
+def sleep_ms(ms: Milliseconds) -> int:
+    """Wait ``ms`` milliseconds without using the CPU, as a tool waiting on I/O does."""
+    time.sleep(ms / 1000)
+    return ms
+
+
+@tool(queue=names.SHED_QUEUE)
+def shed_busy(ms: Milliseconds) -> int:
+    """Keep the shedding scenario's only worker busy for ``ms`` milliseconds."""
+    client = _redis()
+    client.set(names.SHED_BUSY, "1", px=ms + 1000)
+    try:
+        time.sleep(ms / 1000)
+    finally:
+        client.delete(names.SHED_BUSY)
+    return ms
+
+
+@tool(queue=names.SHED_QUEUE)
+def shed_mark() -> None:
+    """Count one run: every run of this tool is a queued call that was not shed."""
+    _redis().incr(names.SHED_RAN)
+
+
+def _scaled_sleep(ms: Milliseconds) -> int:
+    """Wait ``ms`` milliseconds without using the CPU (the scaling scenario's tool)."""
+    time.sleep(ms / 1000)
+    return ms
+
+
+# One tool per worker count, each on its own queue, so that the scaling scenario can
+# alternate 1, 2 and 4 workers without starting or stopping any of them.
+for _processes in names.SCALE_QUEUES:
+    tool(name=names.scale_tool(_processes), queue=names.scale_queue(_processes))(_scaled_sleep)
