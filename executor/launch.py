@@ -314,6 +314,9 @@ class WorkerProcess(_Process):
         cwd: Working directory of the worker (``executor`` must import from there).
         log_dir: Where the worker's output goes; a temporary one when omitted.
         loglevel: Celery's ``-l``.
+
+    Raises:
+        ConfigurationError: The worker's environment holds settings that do not parse.
     """
 
     def __init__(

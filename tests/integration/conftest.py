@@ -17,6 +17,7 @@ from typing import Protocol
 import pytest
 import redis
 
+from agent_client import ToolClient, configure
 from executor.launch import Pool, RedisServer, WorkerProcess
 from executor.settings import Settings
 
@@ -117,3 +118,43 @@ def worker_factory(settings_env: dict[str, str], tmp_path: Path) -> Iterator[Wor
 
     with contextlib.ExitStack() as stack:
         yield start
+
+
+# -- probe tools, the session's probe worker and the agent's client -------------------
+
+#: Tool modules of a worker that serves the starter tools and the test probes.
+PROBE_TOOL_MODULES = "tasks,tests.integration.probe_tools"
+
+
+@pytest.fixture(scope="session")
+def probe_env(settings_env: dict[str, str]) -> dict[str, str]:
+    """:data:`settings_env` plus the probe tools (``tests/integration/probe_tools.py``)."""
+    return {**settings_env, "TOOLEXEC_TOOL_MODULES": PROBE_TOOL_MODULES}
+
+
+@pytest.fixture(scope="session")
+def probe_worker(
+    probe_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    """One prefork worker (concurrency 4) on ``default`` with the probes, for the session.
+
+    Tests may kill one of its pool children (Celery replaces it), never the worker.
+    """
+    worker = WorkerProcess(
+        name=f"probe-{uuid.uuid4().hex[:8]}",
+        pool="prefork",
+        concurrency=4,
+        env=probe_env,
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path_factory.mktemp("probe-worker"),
+    )
+    with worker:
+        yield worker
+
+
+@pytest.fixture
+def tool_client(probe_env: dict[str, str]) -> Iterator[ToolClient]:
+    """This process's agent client, configured for the private server; closed after."""
+    client = configure(Settings.from_env(probe_env))
+    yield client
+    client.close()

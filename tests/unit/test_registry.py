@@ -137,7 +137,7 @@ def test_a_second_function_under_a_taken_name_is_rejected_naming_the_first(fresh
     assert get_tool(name).func is add  # type: ignore[union-attr]
 
 
-def test_a_taken_name_is_rejected_even_for_a_bare_tool(fresh_name: Callable[[], str]) -> None:
+def test_a_taken_name_is_rejected_even_for_a_bare_tool() -> None:
     def registry_test_taken(x: int) -> int:
         """Echo."""
         return x

@@ -1,0 +1,26 @@
+"""The seven scenarios of the benchmark, in the order the issue lists them.
+
+Each module has ``NUMBER``, ``TITLE`` and ``run(bench) -> ScenarioResult``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from bench.harness import Bench
+from bench.report import ScenarioResult
+from bench.scenarios import deadlines, idempotency, roundtrip, scaling, shedding, threads, throughput
+
+__all__ = ["SCENARIOS", "Scenario"]
+
+
+class Scenario(Protocol):
+    """What the runner needs of a scenario module."""
+
+    NUMBER: int
+    TITLE: str
+
+    def run(self, bench: Bench) -> ScenarioResult: ...
+
+
+SCENARIOS: tuple[Scenario, ...] = (roundtrip, throughput, threads, deadlines, idempotency, shedding, scaling)

@@ -1,0 +1,89 @@
+"""How many calls each scenario makes: the full run and the CI smoke run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from executor.launch import Pool
+
+__all__ = ["FULL", "SMOKE", "Sizes"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sizes:
+    """Sample sizes; every timed scenario alternates its sides over ``rounds`` blocks.
+
+    Attributes:
+        name: ``"full"`` or ``"smoke"``.
+        rounds: A B A B rounds of the round-trip and cache-hit scenarios.
+        warmup: Unrecorded calls each side makes before its first block.
+        roundtrip_calls: Sequential calls per block (scenario 1).
+        in_flight: Concurrency levels of the throughput scenario (2).
+        throughput_rounds: A B A B rounds of scenario 2.
+        throughput_calls: Calls per block at least; also at least three per call in flight.
+        thread_calls: Calls in flight, then timed out, in scenario 3.
+        deadlines: Deadlines in seconds of scenario 4.
+        deadline_rounds: A B A B rounds of scenario 4.
+        deadline_samples: Calls per deadline per block.
+        idempotent_pairs: First call and repeat pairs per block (scenario 5).
+        shed_calls: Queued calls behind the busy worker (scenario 6).
+        shed_pools: Pools scenario 6 measures.
+        scale_rounds: Rounds of scenario 7.
+        scale_calls: Calls per worker process per block (scenario 7).
+    """
+
+    name: str
+    rounds: int
+    warmup: int
+    roundtrip_calls: int
+    in_flight: tuple[int, ...]
+    throughput_rounds: int
+    throughput_calls: int
+    thread_calls: int
+    deadlines: tuple[float, ...] = (0.05, 0.1, 1.0, 1.5)
+    deadline_rounds: int
+    deadline_samples: int
+    idempotent_pairs: int
+    shed_calls: int
+    shed_pools: tuple[Pool, ...] = ("prefork", "solo", "threads")
+    scale_rounds: int
+    scale_calls: int
+
+    def throughput_block(self, in_flight: int) -> int:
+        """Calls per block at ``in_flight`` calls in flight."""
+        return max(self.throughput_calls, 3 * in_flight)
+
+
+FULL = Sizes(
+    name="full",
+    rounds=5,
+    warmup=50,
+    roundtrip_calls=400,
+    in_flight=(1, 10, 100, 1000),
+    throughput_rounds=3,
+    throughput_calls=500,
+    thread_calls=1000,
+    deadline_rounds=4,
+    deadline_samples=5,
+    idempotent_pairs=200,
+    shed_calls=100,
+    scale_rounds=3,
+    scale_calls=50,
+)
+
+SMOKE = Sizes(
+    name="smoke",
+    rounds=2,
+    warmup=5,
+    roundtrip_calls=20,
+    in_flight=(1, 10, 100),
+    throughput_rounds=1,
+    throughput_calls=20,
+    thread_calls=100,
+    deadline_rounds=1,
+    deadline_samples=1,
+    idempotent_pairs=10,
+    shed_calls=20,
+    scale_rounds=1,
+    scale_calls=5,
+)
