@@ -152,9 +152,12 @@ def probe_worker(
         yield worker
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def tool_client(probe_env: dict[str, str]) -> Iterator[ToolClient]:
-    """This process's agent client, configured for the private server; closed after."""
+    """This process's agent client, configured for the private server, per test module.
+
+    Module-scoped because closing a client waits up to a second for its reply listener.
+    """
     client = configure(Settings.from_env(probe_env))
     yield client
     client.close()

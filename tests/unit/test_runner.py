@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from executor import runner
 from executor.context import CallContext, current_call
 from executor.protocol import CallOutcome, CallRequest, ErrorKind
 from executor.registry import tool, unregister
-from executor import runner
 from executor.runner import encode_outcome, execute
 
 Register = Callable[..., str]
