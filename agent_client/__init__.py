@@ -23,27 +23,27 @@ from agent_client.remote import RemoteTool, RemoteToolset, remote_tool, remote_t
 from agent_client.scope import current_run_id, run_scope
 
 __all__ = [
+    # Deadlines
+    "NOT_SET",
+    "BrokerUnavailable",
+    "NotSet",
+    "RemoteTool",
+    # Errors
+    "RemoteToolError",
+    "RemoteToolset",
+    "ToolArgumentsInvalid",
+    # The process's client
+    "ToolClient",
+    "ToolExecutionError",
+    "ToolNotFound",
+    "ToolTimeoutError",
+    "WorkerLost",
+    "configure",
+    "current_run_id",
+    "get_client",
     # Proxies
     "remote_tool",
     "remote_tools",
-    "RemoteTool",
-    "RemoteToolset",
     # Runs
     "run_scope",
-    "current_run_id",
-    # Deadlines
-    "NOT_SET",
-    "NotSet",
-    # The process's client
-    "ToolClient",
-    "configure",
-    "get_client",
-    # Errors
-    "RemoteToolError",
-    "ToolNotFound",
-    "ToolArgumentsInvalid",
-    "ToolExecutionError",
-    "ToolTimeoutError",
-    "WorkerLost",
-    "BrokerUnavailable",
 ]

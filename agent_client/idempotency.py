@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import redis
 from redis.commands.core import Script
@@ -36,7 +36,7 @@ return {'joined', ''}
 """
 
 # EVALSHA, loading the script again after a Redis restart (redis-py's Script does).
-_SCRIPT = Script(None, _CLAIM.encode())
+_SCRIPT = Script(cast(Any, None), _CLAIM.encode())
 
 
 def canonical_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> Any:
@@ -94,4 +94,4 @@ def claim(
     )
     state = state.decode() if isinstance(state, bytes) else state
     value = value.decode() if isinstance(value, bytes) else value
-    return state, value
+    return cast(Claim, state), value

@@ -36,7 +36,7 @@ __all__ = ["lazybridge_tool"]
 _framework_limit: ContextVar[Timeout] = ContextVar("toolexec_lazybridge_limit", default=NOT_SET)
 
 
-class _RemoteTool(Tool):  # type: ignore[misc]
+class _RemoteTool(Tool):
     # LazyBridge 1.8 passes the effective limit (the tool's own, else Agent's
     # tool_timeout, else LLMEngine's) only to this private method; a test pins it.
     async def _dispatch(self, kwargs: dict[str, Any], timeout: float | None) -> Any:

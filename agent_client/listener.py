@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
+from typing import cast
 
 import pydantic
 import redis
@@ -118,9 +119,9 @@ class ReplyListener:
                 item = client.blpop([self._key], timeout=self._block)
                 failing_since, backoff = None, 0.05
                 if item is not None:
-                    batch = [item[1]]
+                    batch: list[bytes] = [cast(bytes, item[1])]
                     while more := client.lpop(self._key, _DRAIN_BATCH):
-                        batch.extend(more)
+                        batch.extend(cast(list[bytes], more))
                     self._resolve(batch)
                 if time.monotonic() >= next_check:
                     next_check = time.monotonic() + self._check_interval
@@ -160,7 +161,7 @@ class ReplyListener:
             ]
         if not watched:
             return
-        holders = client.mget([watch.running_key for _, watch in watched])
+        holders = cast(list[bytes | None], client.mget([watch.running_key for _, watch in watched]))
         worker_ids = {h.decode().rpartition("|")[0] for h in holders if h}
         beats = dict(zip(worker_ids, client.mget([keys.worker(w) for w in worker_ids]), strict=True)) if worker_ids else {}
         for (call_id, watch), tag in zip(watched, holders, strict=True):

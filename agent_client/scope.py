@@ -20,7 +20,7 @@ def current_run_id() -> str | None:
     return _run_id.get()
 
 
-class run_scope:  # noqa: N801 - used like a function: `with run_scope():`
+class run_scope:
     """Set the run id for the calls made inside; usable with ``with`` and ``async with``.
 
     Args:

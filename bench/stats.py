@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["Latencies", "alternate", "percentile", "timed", "timed_async"]
+__all__ = ["Latencies", "alternate", "keep_in_flight", "percentile", "timed", "timed_async"]
 
 T = TypeVar("T")
 
@@ -75,3 +76,21 @@ def alternate(sides: Sequence[tuple[str, Callable[[], T]]], rounds: int) -> dict
         for name, block in sides:
             results[name].append(block())
     return results
+
+
+async def keep_in_flight(call: Callable[[], Awaitable[object]], in_flight: int, total: int) -> float:
+    """Make ``total`` calls, ``in_flight`` outstanding at any time; the seconds it took.
+
+    Each of ``in_flight`` lanes calls again as soon as its call returns.
+    """
+    remaining = total
+
+    async def lane() -> None:
+        nonlocal remaining
+        while remaining > 0:
+            remaining -= 1
+            await call()
+
+    start = time.perf_counter()
+    await asyncio.gather(*(lane() for _ in range(in_flight)))
+    return time.perf_counter() - start

@@ -21,27 +21,27 @@ if TYPE_CHECKING:
     app: Celery
 
 __all__ = [
-    # Defining tools
-    "tool",
-    "current_call",
     "CallContext",
-    "ToolDefinition",
-    "get_tool",
-    "registered_tools",
-    # Wire protocol
-    "ToolSpec",
-    "CallRequest",
     "CallOutcome",
+    "CallRequest",
+    "ConfigurationError",
     "ErrorInfo",
     "ErrorKind",
     # Configuration
     "Settings",
+    "ToolDefinition",
+    "ToolDefinitionError",
+    # Wire protocol
+    "ToolSpec",
     # Errors
     "ToolexecError",
-    "ToolDefinitionError",
-    "ConfigurationError",
     # The Celery app (built on first access)
     "app",
+    "current_call",
+    "get_tool",
+    "registered_tools",
+    # Defining tools
+    "tool",
 ]
 
 

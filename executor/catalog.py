@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
+from typing import Any, cast
 
 import redis
 
@@ -72,7 +73,7 @@ class Heartbeat:
         """Refresh this worker's heartbeat key once."""
         pipe = self._client.pipeline(transaction=False)
         if self._specs:
-            pipe.hset(keys.CATALOG, mapping=self._specs)
+            pipe.hset(keys.CATALOG, mapping=cast(Any, self._specs))
         pipe.set(keys.worker(self.info.worker_id), self.info.model_dump_json(), px=int(self._interval * 1000))
         pipe.sadd(keys.WORKERS, self.info.worker_id)
         pipe.execute()

@@ -13,7 +13,7 @@ from typing import Any
 
 from celery import Celery, signals
 from celery.utils.imports import import_from_cwd
-from kombu import Queue
+from kombu.entity import Queue
 
 from executor.backend import ReplyBackend
 from executor.catalog import Heartbeat

@@ -12,14 +12,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from executor.launch import RedisServer, WorkerProcess
 from executor.settings import Settings
 
 __all__ = ["run_demo"]
 
-_SCRIPT = [
+_SCRIPT: list[Any] = [
     [("get_today_date", {}), ("search", {"query": "red-headed league pawnbroker", "limit": 2})],
     [("book_flight", {"flight_id": "BA117", "passenger": "Ada Lovelace"})],
     [("book_flight", {"flight_id": "next tuesday", "passenger": "Ada Lovelace"})],

@@ -18,7 +18,7 @@ addressed to every caller that joined it.
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Any, Literal, cast
 
 import redis
 from redis.commands.core import Script
@@ -65,8 +65,8 @@ return #waiters
 
 _REPLY_PREFIX = keys.reply("")
 # EVALSHA, loading the script again after a Redis restart (redis-py's Script does).
-_BEGIN_SCRIPT = Script(None, _BEGIN.encode())
-_COMPLETE_SCRIPT = Script(None, _COMPLETE.encode())
+_BEGIN_SCRIPT = Script(cast(Any, None), _BEGIN.encode())
+_COMPLETE_SCRIPT = Script(cast(Any, None), _COMPLETE.encode())
 
 
 def frame(call_id: str, encoded_outcome: str) -> str:

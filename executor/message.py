@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from executor.protocol import CallRequest
@@ -25,7 +25,7 @@ def task_headers(
 ) -> dict[str, Any]:
     """Protocol 2 headers for ``call``; no tool data goes into the reprs."""
     expires = (
-        datetime.fromtimestamp(call.deadline, tz=timezone.utc).isoformat() if call.deadline is not None else None
+        datetime.fromtimestamp(call.deadline, tz=UTC).isoformat() if call.deadline is not None else None
     )
     return {
         "lang": "py",

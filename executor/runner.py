@@ -80,7 +80,7 @@ def execute(request: CallRequest, *, worker: str = "", definition: ToolDefinitio
             f"tool {request.tool!r} ran past its hard limit of {hard_timeout:g}s and was stopped",
             worker=worker,
         )
-    except Exception as exc:  # noqa: BLE001 - every tool failure becomes data
+    except Exception as exc:
         logger.info("call %s of %s raised %s", call_id, request.tool, type(exc).__name__)
         logger.debug("call %s traceback", call_id, exc_info=True)
         return CallOutcome.failure(

@@ -91,7 +91,7 @@ def register_tasks(app: Any, settings: Settings, backend: Any) -> None:
     def run_tool(self: Any, **fields: Any) -> None:
         run_call(fields, settings=settings, worker=self.request.hostname or "")
 
-    common: dict[str, Any] = dict(bind=True, ignore_result=True, typing=False, backend=backend)
+    common: dict[str, Any] = {"bind": True, "ignore_result": True, "typing": False, "backend": backend}
     app.task(name=TASK_AT_MOST_ONCE, acks_late=False, **common)(run_tool)
     app.task(
         name=TASK_AT_LEAST_ONCE,

@@ -8,7 +8,6 @@ in a loop). Every block calls the no-op tool; the sides alternate at each level.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import itertools
 import threading
@@ -19,7 +18,7 @@ from agent_client import RemoteTool
 from bench import raw_celery
 from bench.harness import Bench
 from bench.report import Goal, ScenarioResult, Table, rate, ratio
-from bench.stats import alternate
+from bench.stats import alternate, keep_in_flight
 
 NUMBER = 2
 TITLE = "Throughput with 1, 10, 100 and 1,000 calls in flight"
@@ -66,21 +65,7 @@ def run(bench: Bench) -> ScenarioResult:
 
 
 def _toolexec(bench: Bench, tool: RemoteTool, in_flight: int, total: int) -> float:
-    return bench.run(_toolexec_lanes(tool, in_flight, total))
-
-
-async def _toolexec_lanes(tool: RemoteTool, in_flight: int, total: int) -> float:
-    remaining = total
-
-    async def lane() -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
-            await tool.invoke({}, timeout=_TIMEOUT)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(lane() for _ in range(in_flight)))
-    return time.perf_counter() - start
+    return bench.run(keep_in_flight(lambda: tool.invoke({}, timeout=_TIMEOUT), in_flight, total))
 
 
 def _raw_send_all_then_get(bench: Bench, in_flight: int, total: int) -> float:
