@@ -14,6 +14,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import redis
@@ -181,7 +182,7 @@ class ToolClient:
             finally:
                 self.listener.forget(call.call_id)
             if not _joined_an_expired_call(call, outcome):
-                return result_of(spec.name, outcome, timeout=timeout)
+                return result_of(spec.name, outcome, timeout=timeout, available=self._available(outcome))
 
     def call_sync(self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, **options: Any) -> Any:
         """Run a call and return its result, blocking this thread until the deadline."""
@@ -196,7 +197,14 @@ class ToolClient:
             finally:
                 self.listener.forget(call.call_id)
             if not _joined_an_expired_call(call, outcome):
-                return result_of(spec.name, outcome, timeout=timeout)
+                return result_of(spec.name, outcome, timeout=timeout, available=self._available(outcome))
+
+    def _available(self, outcome: CallOutcome) -> list[str]:
+        # Only read for a worker's "not found" (a worker without a tool the catalog lists).
+        if outcome.error is None or outcome.error.kind is not ErrorKind.NOT_FOUND:
+            return []
+        self.catalog.invalidate()
+        return self.catalog.available()
 
     def close(self) -> None:
         """Stop the listener and close the connection pools."""
@@ -216,7 +224,7 @@ def _joined_an_expired_call(call: CallRequest, outcome: CallOutcome) -> bool:
     )
 
 
-def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None) -> Any:
+def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None, available: Iterable[str] = ()) -> Any:
     """The outcome's result, or the error it carries raised as a :class:`RemoteToolError`."""
     if outcome.ok:
         return outcome.result
@@ -226,7 +234,7 @@ def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None) 
     if error.kind is ErrorKind.INVALID_ARGUMENTS:
         raise ToolArgumentsInvalid(tool, [error.message])
     if error.kind is ErrorKind.NOT_FOUND:
-        raise ToolNotFound(tool, reason=error.message)
+        raise ToolNotFound(tool, available, reason=error.message)
     if error.kind is ErrorKind.WORKER_LOST:
         raise WorkerLost(f"tool {tool!r}: {error.message}", tool=tool)
     if error.kind is ErrorKind.EXPIRED:

@@ -61,18 +61,20 @@ class RemoteTool:
 
     def effective_timeout(self, call: Timeout = NOT_SET, framework: Timeout = NOT_SET) -> float | None:
         """Resolve the deadline: this call, this proxy, the framework, the tool, settings."""
-        framework = self._default_timeout if framework is NOT_SET else framework
+        framework = self._default_timeout if framework is NOT_SET else check_timeout(framework, what="framework timeout")
         settings_default = self.client.settings.default_timeout
         return resolve_timeout(check_timeout(call), self._timeout, framework, _unset_if_none(self.spec.timeout), settings_default)
 
     def lazybridge_limit(self) -> float | None:
         """The limit LazyBridge should enforce itself: one set on this proxy, if any.
 
-        Left None otherwise, so ``Agent(tool_timeout=)`` applies as the framework level.
+        Left None when none is, so ``Agent(tool_timeout=)`` applies as the framework
+        level. LazyBridge has no per-tool "no limit", so a proxy set to None (no
+        deadline) gets :data:`_NO_LIMIT`, which outranks the agent's default.
         """
         for level in (self._timeout, self._default_timeout):
-            if level is not NOT_SET and level is not None:
-                return float(level)
+            if level is not NOT_SET:
+                return _NO_LIMIT if level is None else float(level)
         return None
 
     # -- calling -------------------------------------------------------------------
@@ -222,6 +224,10 @@ def remote_tools(
     wanted = None if queues is None else frozenset(queues)
     specs = client.catalog.specs(wanted)
     return RemoteToolset(RemoteTool(s, default_timeout=default_timeout, client=client) for s in specs)
+
+
+#: What "no deadline" is told to LazyBridge: a year.
+_NO_LIMIT = 365 * 24 * 3600.0
 
 
 def _unset_if_none(value: float | None) -> Timeout:

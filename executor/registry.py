@@ -72,7 +72,8 @@ def tool(func: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
         **options: ``name`` (default: the function's name), ``description`` (default:
             the docstring's summary), ``idempotent`` (default False; True lets repeats
             within one agent run share one execution), ``timeout`` (the tool's
-            default deadline, seconds or None), ``queue`` (default ``"default"``),
+            default deadline in seconds; None, the default, defers to
+            ``TOOLEXEC_DEFAULT_TIMEOUT``), ``queue`` (default ``"default"``),
             ``hard_timeout`` (the worker stops the run after this many seconds),
             ``delivery`` (``"at_most_once"`` or ``"at_least_once"``; default
             at-least-once for idempotent tools, at-most-once otherwise) and

@@ -209,7 +209,7 @@ def test_an_invalid_tool_name_is_rejected_saying_what_is_allowed(name: Any) -> N
 
 
 def test_a_lambda_needs_an_explicit_name() -> None:
-    echo = lambda text: text  # noqa: E731
+    echo = lambda text: text
     echo.__doc__ = "Echo."
 
     with pytest.raises(ToolDefinitionError, match="invalid tool name '<lambda>'"):

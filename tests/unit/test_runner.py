@@ -121,7 +121,7 @@ def test_defaults_fill_in_missing_optional_arguments(register: Register) -> None
         (Flight(code="BA1", departs=datetime.datetime(2025, 5, 1, 9, 30)), {"code": "BA1", "departs": "2025-05-01T09:30:00"}),
         (Seat(row=3, letter="A"), {"row": 3, "letter": "A"}),
         (datetime.date(2025, 5, 1), "2025-05-01"),
-        ({"seats": [Seat(row=1, letter="B")], "when": datetime.datetime(2025, 1, 2, tzinfo=datetime.timezone.utc)},
+        ({"seats": [Seat(row=1, letter="B")], "when": datetime.datetime(2025, 1, 2, tzinfo=datetime.UTC)},
          {"seats": [{"row": 1, "letter": "B"}], "when": "2025-01-02T00:00:00Z"}),
         ((1, "two"), [1, "two"]),
         (None, None),

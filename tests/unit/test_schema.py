@@ -39,7 +39,7 @@ def search(
     cabin: Cabin = Cabin.ECONOMY,
     address: Address | None = None,
     window: Window | None = None,
-    tags: Optional[list[str]] = None,  # noqa: UP007 - Optional is what people write
+    tags: Optional[list[str]] = None,  # noqa: UP045 - Optional is what people write
 ) -> list[str]:
     """Search the corpus for passages.
 
@@ -63,7 +63,8 @@ def search(
 
 
 def properties(schema: FunctionSchema) -> dict[str, Any]:
-    return schema.parameters["properties"]
+    found: dict[str, Any] = schema.parameters["properties"]
+    return found
 
 
 def test_the_description_is_the_docstring_text_before_its_sections() -> None:
@@ -199,7 +200,8 @@ def test_a_parameter_named_like_a_pydantic_attribute_works_without_a_warning() -
     # filterwarnings=error turns pydantic's "shadows an attribute" warning into a failure.
     model = function_schema(migrate, name="migrate").model
 
-    assert model.model_validate({"schema": "public", "json": True}).schema == "public"  # type: ignore[attr-defined]
+    validated = model.model_validate({"schema": "public", "json": True})
+    assert (getattr(validated, "schema"), getattr(validated, "json")) == ("public", True)  # noqa: B009
 
 
 def test_a_docstring_without_an_args_section_leaves_parameters_undescribed() -> None:
