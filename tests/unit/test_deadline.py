@@ -156,3 +156,15 @@ def test_the_limit_lazybridge_enforces_is_only_one_set_on_the_proxy() -> None:
     assert proxy(tool_timeout=7).lazybridge_limit() is None
     assert proxy(default_timeout=20).lazybridge_limit() == 20.0
     assert proxy(timeout=3, default_timeout=20).lazybridge_limit() == 3.0
+
+
+def test_a_proxy_set_to_no_deadline_tells_lazybridge_a_limit_that_outranks_the_agents() -> None:
+    limit = proxy(timeout=None, default_timeout=20).lazybridge_limit()
+    assert limit is not None and limit >= 365 * 24 * 3600
+    assert proxy(timeout=None, default_timeout=20).effective_timeout() is None
+
+
+@pytest.mark.parametrize("value", [0, -1, True, "5", float("nan")])
+def test_a_framework_timeout_is_checked_like_any_other(value: Any) -> None:
+    with pytest.raises(ValueError, match="framework timeout must be a positive number"):
+        proxy().effective_timeout(framework=value)
