@@ -44,10 +44,32 @@ def canonical_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> An
     return _canonical(schema, arguments, schema.get("$defs", {}))
 
 
-def _canonical(schema: dict[str, Any], value: Any, defs: dict[str, Any]) -> Any:
+def _resolve(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     ref = schema.get("$ref")
     if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        schema = defs.get(ref.removeprefix("#/$defs/"), {})
+        return defs.get(ref.removeprefix("#/$defs/"), {})  # type: ignore[no-any-return]
+    return schema
+
+
+def _branch(schema: dict[str, Any], value: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    # ``Seat | None`` is ``anyOf: [{$ref: Seat}, {type: null}]``: an object value takes
+    # the branch that describes objects, so its defaults are filled in like any other.
+    for combinator in ("anyOf", "oneOf", "allOf"):
+        branches = schema.get(combinator)
+        if not isinstance(branches, list):
+            continue
+        for branch in branches:
+            resolved = _resolve(branch, defs) if isinstance(branch, dict) else {}
+            kind = resolved.get("type")
+            if isinstance(value, dict) and ("properties" in resolved or kind == "object"):
+                return resolved
+            if isinstance(value, list) and ("items" in resolved or kind == "array"):
+                return resolved
+    return schema
+
+
+def _canonical(schema: dict[str, Any], value: Any, defs: dict[str, Any]) -> Any:
+    schema = _branch(_resolve(schema, defs), value, defs)
     if isinstance(value, dict):
         properties = schema.get("properties", {})
         out = {k: _canonical(properties.get(k, {}), v, defs) for k, v in value.items()}

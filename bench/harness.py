@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import sys
 import time
 from collections.abc import Coroutine, Iterator, Sequence
@@ -89,9 +90,14 @@ class Bench:
         with TemporaryDirectory(prefix="toolexec-bench-") as tmp, contextlib.ExitStack() as stack:
             bench = cls(options, Path(tmp), stack)
             pool, concurrency = options.pool, options.concurrency
-            stack.enter_context(bench.toolexec_workers([("toolexec", (names.TOOLEXEC_QUEUE,))], pool, concurrency))
+            stack.enter_context(
+                bench.toolexec_workers([("toolexec", (names.TOOLEXEC_QUEUE,))], pool, concurrency)
+            )
             stack.enter_context(bench.raw_worker("raw", pool, concurrency, names.RAW_QUEUE))
             stack.enter_context(bench._rpc_server())
+            # First at exit, while Redis still answers: results that a traceback kept
+            # alive unsubscribe in their __del__ (else they try at interpreter exit).
+            stack.callback(gc.collect)
             yield bench
 
     # -- processes -------------------------------------------------------------------
@@ -116,9 +122,13 @@ class Bench:
             _stop_all(started)
 
     @contextlib.contextmanager
-    def raw_worker(self, name: str, pool: Pool, concurrency: int, queue: str) -> Iterator[ChildProcess]:
+    def raw_worker(
+        self, name: str, pool: Pool, concurrency: int, queue: str
+    ) -> Iterator[ChildProcess]:
         """Start a plain Celery worker on ``queue``; return once it has run a task."""
-        argv = celery_worker_argv("bench.raw_celery", name=name, pool=pool, concurrency=concurrency, queues=[queue])
+        argv = celery_worker_argv(
+            "bench.raw_celery", name=name, pool=pool, concurrency=concurrency, queues=[queue]
+        )
         worker = ChildProcess(name, argv, env=self.env, cwd=PROJECT_ROOT, log_dir=self.logs)
         try:
             worker.start()
@@ -178,9 +188,13 @@ class Bench:
 
 def _check_alive(process: ChildProcess, deadline: float) -> None:
     if not process.is_running:
-        raise ProcessStartFailed(f"{process.name} exited during start; log {process.log_path}:\n{process.log_tail()}")
+        raise ProcessStartFailed(
+            f"{process.name} exited during start; log {process.log_path}:\n{process.log_tail()}"
+        )
     if time.monotonic() > deadline:
-        raise ProcessStartFailed(f"{process.name} was not ready in time; log {process.log_path}:\n{process.log_tail()}")
+        raise ProcessStartFailed(
+            f"{process.name} was not ready in time; log {process.log_path}:\n{process.log_tail()}"
+        )
 
 
 def _stop_all(processes: Sequence[_Stoppable]) -> None:

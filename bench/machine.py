@@ -34,10 +34,18 @@ def _memory() -> str:
 def _commit(root: Path) -> str:
     try:
         head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=False,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"
@@ -60,7 +68,10 @@ def describe(*, redis_version: str, root: Path) -> list[tuple[str, str]]:
         ("OS", platform.platform()),
         ("Python", platform.python_version()),
         ("Redis server", redis_version),
-        ("celery / kombu / redis-py", " / ".join(_version(p) for p in ("celery", "kombu", "redis"))),
+        (
+            "celery / kombu / redis-py",
+            " / ".join(_version(p) for p in ("celery", "kombu", "redis")),
+        ),
         ("lazybridge", _version("lazybridge")),
         ("toolexec commit", _commit(root)),
     ]

@@ -21,7 +21,9 @@ from executor.launch import Pool
 __all__ = ["ChildProcess", "celery_worker_argv"]
 
 
-def celery_worker_argv(app: str, *, name: str, pool: Pool, concurrency: int, queues: Sequence[str]) -> list[str]:
+def celery_worker_argv(
+    app: str, *, name: str, pool: Pool, concurrency: int, queues: Sequence[str]
+) -> list[str]:
     """``celery worker`` command line, with the flags :class:`WorkerProcess` uses."""
     return [
         sys.executable, "-m", "celery", "-A", app, "worker",

@@ -39,16 +39,17 @@ def create_app(settings: Settings) -> Celery:
         task_default_queue=names.RAW_QUEUE,
         worker_hijack_root_logger=False,
     )
-    @app.task(name=NOOP)
+
+    @app.task(name=NOOP)  # type: ignore[untyped-decorator]
     def noop() -> None:
         return None
 
-    @app.task(name=SLEEP_MS)
+    @app.task(name=SLEEP_MS)  # type: ignore[untyped-decorator]
     def sleep_ms(ms: int) -> int:
         time.sleep(ms / 1000)
         return ms
 
-    @app.task(name=SHED_BUSY)
+    @app.task(name=SHED_BUSY)  # type: ignore[untyped-decorator]
     def shed_busy(ms: int) -> int:
         client = _redis(app)
         client.set(names.SHED_BUSY, "1", px=ms + 1000)
@@ -58,7 +59,7 @@ def create_app(settings: Settings) -> Celery:
             client.delete(names.SHED_BUSY)
         return ms
 
-    @app.task(name=SHED_MARK)
+    @app.task(name=SHED_MARK)  # type: ignore[untyped-decorator]
     def shed_mark() -> None:
         _redis(app).incr(names.SHED_RAN_RAW)
 

@@ -11,7 +11,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Goal", "ScenarioResult", "Table", "count", "ms", "rate", "ratio", "render"]
+__all__ = [
+    "Goal",
+    "ScenarioResult",
+    "Table",
+    "count",
+    "heading",
+    "markdown_table",
+    "ms",
+    "rate",
+    "ratio",
+    "render",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,15 +73,17 @@ def heading(number: int, title: str) -> str:
 def render(result: ScenarioResult) -> str:
     """The scenario as Markdown: heading, tables, goals, notes."""
     parts = [heading(result.number, result.title)]
-    parts.extend(_table(t.columns, t.rows) for t in result.tables)
+    parts.extend(markdown_table(t.columns, t.rows) for t in result.tables)
     if result.goals:
         rows = [(g.name, g.measured, g.target, g.verdict) for g in result.goals]
-        parts.append(_table(("goal", "measured", "target", "result"), rows))
-    parts.extend(f"- {note}" for note in result.notes)
+        parts.append(markdown_table(("goal", "measured", "target", "result"), rows))
+    if result.notes:
+        parts.append("\n".join(f"- {note}" for note in result.notes))
     return "\n\n".join(parts) + "\n"
 
 
-def _table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table with padded columns, readable as plain text too."""
     widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) for i, c in enumerate(columns)]
 
     def line(cells: Sequence[str]) -> str:
@@ -85,7 +98,9 @@ def ms(seconds: float) -> str:
     if math.isnan(seconds):
         return "–"
     value = seconds * 1000
-    return f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
+    return (
+        f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
+    )
 
 
 def ratio(value: float) -> str:

@@ -78,7 +78,9 @@ def alternate(sides: Sequence[tuple[str, Callable[[], T]]], rounds: int) -> dict
     return results
 
 
-async def keep_in_flight(call: Callable[[], Awaitable[object]], in_flight: int, total: int) -> float:
+async def keep_in_flight(
+    call: Callable[[], Awaitable[object]], in_flight: int, total: int
+) -> float:
     """Make ``total`` calls, ``in_flight`` outstanding at any time; the seconds it took.
 
     Each of ``in_flight`` lanes calls again as soon as its call returns.

@@ -21,7 +21,9 @@ from executor.reply import redis_client
 
 __all__ = ["noop", "noop_idempotent", "shed_busy", "shed_mark", "sleep_ms"]
 
-Milliseconds = Annotated[int, Field(ge=0, le=600_000, description="How long to wait, in milliseconds.")]
+Milliseconds = Annotated[
+    int, Field(ge=0, le=600_000, description="How long to wait, in milliseconds.")
+]
 
 
 @functools.cache

@@ -91,6 +91,12 @@ def get_app() -> Celery:
 
 _heartbeats: list[Heartbeat] = []
 
+#: How often the main process looks for pool children that died. Celery's prefork pool
+#: notices an exit from the child's sentinel pipe, but when the pipe closes before the
+#: kernel has made the child reapable, that check finds nothing and the exit waits
+#: for the pool's own 5-second timer: a lost call would be reported seconds late.
+_POOL_CHECK_INTERVAL = 0.25
+
 
 @signals.celeryd_init.connect
 def _on_worker_init(**_: Any) -> None:
@@ -106,13 +112,29 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
     client = redis_client(settings)
     tools = registered_tools()
     queues = [q.name for q in sender.task_consumer.queues]
-    pool = type(sender.pool).__module__.rsplit(".", 1)[-1] if sender.pool is not None else ""
+    pool = _pool_name(sender.pool)
     heartbeat = Heartbeat(
         client, worker_id=worker_id(sender.hostname), hostname=sender.hostname, queues=queues, definitions=tools.values(),
         interval=settings.heartbeat_interval, pool=pool,
     )
     heartbeat.start()
     _heartbeats.append(heartbeat)
+    _check_pool_often(sender)
+
+
+def _pool_name(pool: Any) -> str:
+    # The name `celery worker -P` takes: prefork, solo, threads, eventlet, gevent.
+    if pool is None:
+        return ""
+    module = type(pool).__module__.rsplit(".", 1)[-1]
+    return {"thread": "threads"}.get(module, module)
+
+
+def _check_pool_often(consumer: Any) -> None:
+    hub = getattr(consumer, "hub", None)
+    maintain = getattr(getattr(consumer.pool, "_pool", None), "maintain_pool", None)
+    if hub is not None and callable(maintain):
+        hub.call_repeatedly(_POOL_CHECK_INTERVAL, maintain)
 
 
 @signals.worker_shutdown.connect

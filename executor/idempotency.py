@@ -27,7 +27,7 @@ from executor import keys
 from executor.identity import parse_holder, worker_id
 from executor.protocol import CallOutcome, CallRequest, ErrorKind, ToolSpec
 
-__all__ = ["begin", "complete", "frame", "should_store"]
+__all__ = ["begin", "complete", "frame", "release", "should_store"]
 
 _BEGIN = """
 local stored = redis.call('GET', KEYS[1])
@@ -63,10 +63,16 @@ if redis.call('GET', KEYS[4]) == ARGV[7] then redis.call('DEL', KEYS[4]) end
 return #waiters
 """
 
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 _REPLY_PREFIX = keys.reply("")
 # EVALSHA, loading the script again after a Redis restart (redis-py's Script does).
 _BEGIN_SCRIPT = Script(cast(Any, None), _BEGIN.encode())
 _COMPLETE_SCRIPT = Script(cast(Any, None), _COMPLETE.encode())
+_RELEASE_SCRIPT = Script(cast(Any, None), _RELEASE.encode())
 
 
 def frame(call_id: str, encoded_outcome: str) -> str:
@@ -132,6 +138,15 @@ def complete(
         args=[encoded, "1" if store else "0", outcome_ttl * 1000, reply_ttl, _REPLY_PREFIX, claimant, holder],
         client=client,
     )
+
+
+def release(client: redis.Redis, call: CallRequest, *, holder: str) -> bool:
+    """Drop ``call``'s running marker if ``holder`` (a process that died) still holds it.
+
+    Without this a redelivery on another worker would see the marker of a live worker
+    and wait for a call that nobody runs.
+    """
+    return bool(_RELEASE_SCRIPT(keys=[_running_key(call)], args=[holder], client=client))
 
 
 def _alive(client: redis.Redis, tag: str, *, hostname: str) -> bool:

@@ -3,7 +3,8 @@
 ``toolexec.run_tool`` is acknowledged before it runs (at most once);
 ``toolexec.run_tool_at_least_once`` is acknowledged after and requeued if its worker
 process is lost. Both run :func:`run_call`: refuse an expired call, run the tool,
-deliver the outcome.
+deliver the outcome. Their Celery request frees the running marker of a pool child
+that died, so the requeued (or retried) call is not left waiting for it.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from typing import Any
 
 import pydantic
 import redis
+from billiard.exceptions import WorkerLostError
+from celery.worker.request import Request
 
-from executor.idempotency import begin, complete, should_store
-from executor.identity import holder
+from executor.idempotency import begin, complete, release, should_store
+from executor.identity import holder, worker_id
 from executor.protocol import TASK_AT_LEAST_ONCE, TASK_AT_MOST_ONCE, CallOutcome, CallRequest
 from executor.registry import get_tool
 from executor.reply import redis_client
@@ -85,13 +88,45 @@ def _complete(
         logger.error("could not deliver the outcome of call %s: %s", call.call_id, exc)
 
 
+def _request_class(settings: Settings) -> type:
+    class ToolRequest(Request):  # type: ignore[misc]
+        """Celery's request, which also frees the running marker of a pool child that died.
+
+        Runs in the worker's main process, before Celery requeues the message
+        (at-least-once) or reports the loss (at-most-once).
+        """
+
+        def on_failure(
+            self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False
+        ) -> Any:
+            exc = getattr(exc_info, "exception", None)
+            exc = getattr(exc, "exc", exc)  # unwrap billiard's ExceptionWithTraceback
+            if isinstance(exc, WorkerLostError) and self.worker_pid:
+                tag = f"{worker_id(self.hostname or '')}|{self.worker_pid}"
+                _release_dead_child(self.kwargs, settings=settings, tag=tag)
+            return super().on_failure(exc_info, send_failed_event, return_ok)
+
+    return ToolRequest
+
+
+def _release_dead_child(fields: Any, *, settings: Settings, tag: str) -> None:
+    try:
+        call = CallRequest.model_validate(fields)
+        release(redis_client(settings), call, holder=tag)
+    except Exception as exc:  # noqa: BLE001 - Celery's own handling must still run
+        logger.warning("could not release the marker of a lost call: %s", type(exc).__name__)
+
+
 def register_tasks(app: Any, settings: Settings, backend: Any) -> None:
     """Register both delivery modes of the task on ``app``."""
 
     def run_tool(self: Any, **fields: Any) -> None:
         run_call(fields, settings=settings, worker=self.request.hostname or "")
 
-    common: dict[str, Any] = {"bind": True, "ignore_result": True, "typing": False, "backend": backend}
+    common: dict[str, Any] = {
+        "bind": True, "ignore_result": True, "typing": False, "backend": backend,
+        "Request": _request_class(settings),
+    }  # fmt: skip
     app.task(name=TASK_AT_MOST_ONCE, acks_late=False, **common)(run_tool)
     app.task(
         name=TASK_AT_LEAST_ONCE,

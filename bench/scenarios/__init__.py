@@ -9,7 +9,15 @@ from typing import Protocol
 
 from bench.harness import Bench
 from bench.report import ScenarioResult
-from bench.scenarios import deadlines, idempotency, roundtrip, scaling, shedding, threads, throughput
+from bench.scenarios import (
+    deadlines,
+    idempotency,
+    roundtrip,
+    scaling,
+    shedding,
+    threads,
+    throughput,
+)
 
 __all__ = ["SCENARIOS", "Scenario"]
 
@@ -23,4 +31,12 @@ class Scenario(Protocol):
     def run(self, bench: Bench) -> ScenarioResult: ...
 
 
-SCENARIOS: tuple[Scenario, ...] = (roundtrip, throughput, threads, deadlines, idempotency, shedding, scaling)
+SCENARIOS: tuple[Scenario, ...] = (
+    roundtrip,
+    throughput,
+    threads,
+    deadlines,
+    idempotency,
+    shedding,
+    scaling,
+)

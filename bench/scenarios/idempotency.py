@@ -30,13 +30,27 @@ _REPEAT = "idempotent repeat, same run (cache hit)"
 
 def run(bench: Bench) -> ScenarioResult:
     """Time dispatches, first idempotent calls and their repeats; compare the p50s."""
-    run_scope: Callable[[], contextlib.AbstractContextManager[Any]] | None = getattr(agent_client, "run_scope", None)
+    run_scope: Callable[[], contextlib.AbstractContextManager[Any]] | None = getattr(
+        agent_client, "run_scope", None
+    )
     if run_scope is None:
         return ScenarioResult(
             number=NUMBER,
             title=TITLE,
-            tables=[Table(columns=("side", "p50 ms", "p99 ms"), rows=[("n/a (run_scope not available)", "–", "–")])],
-            goals=[Goal(name="cache hit p50 / dispatch p50", measured="n/a (run_scope not available)", target="≤ 0.25×", met=None)],
+            tables=[
+                Table(
+                    columns=("side", "p50 ms", "p99 ms"),
+                    rows=[("n/a (run_scope not available)", "–", "–")],
+                )
+            ],
+            goals=[
+                Goal(
+                    name="cache hit p50 / dispatch p50",
+                    measured="n/a (run_scope not available)",
+                    target="≤ 0.25×",
+                    met=None,
+                )
+            ],
         )
     noop = bench.tool("noop")
     idempotent = bench.tool("noop_idempotent")
@@ -62,7 +76,10 @@ def run(bench: Bench) -> ScenarioResult:
     dispatches(sizes.warmup)
     pairs(sizes.warmup)
     results = alternate(
-        [(_DISPATCH, lambda: (dispatches(sizes.idempotent_pairs), [])), (_FIRST, lambda: pairs(sizes.idempotent_pairs))],
+        [
+            (_DISPATCH, lambda: (dispatches(sizes.idempotent_pairs), [])),
+            (_FIRST, lambda: pairs(sizes.idempotent_pairs)),
+        ],
         sizes.rounds,
     )
     latencies = {
@@ -80,6 +97,15 @@ def run(bench: Bench) -> ScenarioResult:
         number=NUMBER,
         title=TITLE,
         tables=[Table(columns=("call", "calls", "p50 ms", "p99 ms", "p50 vs dispatch"), rows=rows)],
-        goals=[Goal(name="cache hit p50 / dispatch p50", measured=ratio(measured), target="≤ 0.25×", met=measured <= 0.25)],
-        notes=[f"{sizes.rounds} alternated rounds of {sizes.idempotent_pairs} dispatches or pairs; one run_scope() per block."],
+        goals=[
+            Goal(
+                name="cache hit p50 / dispatch p50",
+                measured=ratio(measured),
+                target="≤ 0.25×",
+                met=measured <= 0.25,
+            )
+        ],
+        notes=[
+            f"{sizes.rounds} alternated rounds of {sizes.idempotent_pairs} dispatches or pairs; one run_scope() per block."
+        ],
     )

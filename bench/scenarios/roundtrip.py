@@ -35,13 +35,17 @@ def run(bench: Bench) -> ScenarioResult:
     blocks: dict[str, Callable[[int], list[float]]] = {
         _TOOLEXEC: lambda n: timed(lambda: noop.invoke_sync({}, timeout=_TIMEOUT), n),
         _TOOLEXEC_ASYNC: lambda n: bench.run(timed_async(toolexec_async, n)),
-        _RAW: lambda n: timed(lambda: bench.celery.send_task(raw_celery.NOOP).get(timeout=_TIMEOUT), n),
+        _RAW: lambda n: timed(
+            lambda: bench.celery.send_task(raw_celery.NOOP).get(timeout=_TIMEOUT), n
+        ),
         _FLOOR: lambda n: timed(lambda: bench.rpc.call(timeout=_TIMEOUT), n),
     }
     for block in blocks.values():
         block(bench.sizes.warmup)
     n = bench.sizes.roundtrip_calls
-    results = alternate([(name, _bind(block, n)) for name, block in blocks.items()], bench.sizes.rounds)
+    results = alternate(
+        [(name, _bind(block, n)) for name, block in blocks.items()], bench.sizes.rounds
+    )
     latencies = {name: Latencies.of(runs) for name, runs in results.items()}
 
     raw_p50 = latencies[_RAW].p50
@@ -53,9 +57,20 @@ def run(bench: Bench) -> ScenarioResult:
     return ScenarioResult(
         number=NUMBER,
         title=TITLE,
-        tables=[Table(columns=("side", "calls", "p50 ms", "p99 ms", "p50 vs raw Celery"), rows=rows)],
-        goals=[Goal(name="toolexec (sync) p50 / raw Celery p50", measured=ratio(measured), target="≤ 0.80×", met=measured <= 0.8)],
-        notes=[f"{bench.sizes.rounds} rounds of {n} calls per side, A B C D A B C D ...; {bench.sizes.warmup} warm-up calls each."],
+        tables=[
+            Table(columns=("side", "calls", "p50 ms", "p99 ms", "p50 vs raw Celery"), rows=rows)
+        ],
+        goals=[
+            Goal(
+                name="toolexec (sync) p50 / raw Celery p50",
+                measured=ratio(measured),
+                target="≤ 0.80×",
+                met=measured <= 0.8,
+            )
+        ],
+        notes=[
+            f"{bench.sizes.rounds} rounds of {n} calls per side, A B C D A B C D ...; {bench.sizes.warmup} warm-up calls each."
+        ],
     )
 
 

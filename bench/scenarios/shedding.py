@@ -17,7 +17,6 @@ from agent_client import ToolTimeoutError
 from bench import names, raw_celery
 from bench.harness import Bench
 from bench.report import Goal, ScenarioResult, Table
-from executor.launch import Pool
 
 NUMBER = 6
 TITLE = "Shedding: queued calls that still run after their callers timed out"
@@ -39,7 +38,14 @@ def run(bench: Bench) -> ScenarioResult:
             raw_plain = _raw(bench, n, expires=None)
             raw_expires = _raw(bench, n, expires=_DEADLINE)
         rows.append((pool, f"{timed_out}/{n}", str(ran), str(raw_plain), str(raw_expires)))
-        goals.append(Goal(name=f"toolexec shed calls that ran, {pool} pool", measured=f"{ran}/{n}", target="0", met=ran == 0))
+        goals.append(
+            Goal(
+                name=f"toolexec shed calls that ran, {pool} pool",
+                measured=f"{ran}/{n}",
+                target="0",
+                met=ran == 0,
+            )
+        )
     columns = ("pool", "toolexec callers timed out", "toolexec ran anyway", "raw Celery get(timeout=) ran anyway",
                "raw Celery expires= ran anyway")  # fmt: skip
     return ScenarioResult(
@@ -47,7 +53,9 @@ def run(bench: Bench) -> ScenarioResult:
         title=TITLE,
         tables=[Table(columns=columns, rows=rows)],
         goals=goals,
-        notes=[f"One worker process (-c 1) per pool, busy for {_BUSY_MS} ms; {n} queued calls with a {_DEADLINE:g} s deadline."],
+        notes=[
+            f"One worker process (-c 1) per pool, busy for {_BUSY_MS} ms; {n} queued calls with a {_DEADLINE:g} s deadline."
+        ],
     )
 
 
@@ -59,7 +67,9 @@ def _toolexec(bench: Bench, n: int) -> tuple[int, int]:
     async def scenario() -> list[BaseException | None]:
         hold = asyncio.ensure_future(busy.invoke({"ms": _BUSY_MS}, timeout=_BUSY_MS / 1000 + 30))
         await _until_busy(bench)
-        outcomes = await asyncio.gather(*(mark.invoke({}, timeout=_DEADLINE) for _ in range(n)), return_exceptions=True)
+        outcomes = await asyncio.gather(
+            *(mark.invoke({}, timeout=_DEADLINE) for _ in range(n)), return_exceptions=True
+        )
         await hold
         return [o if isinstance(o, BaseException) else None for o in outcomes]
 
@@ -73,7 +83,9 @@ def _toolexec(bench: Bench, n: int) -> tuple[int, int]:
 def _raw(bench: Bench, n: int, *, expires: float | None) -> int:
     """Marker tasks that ran after their callers' deadline passed."""
     bench.redis.delete(names.SHED_RAN_RAW, names.SHED_BUSY)
-    bench.celery.send_task(raw_celery.SHED_BUSY, kwargs={"ms": _BUSY_MS}, queue=names.RAW_SHED_QUEUE)
+    bench.celery.send_task(
+        raw_celery.SHED_BUSY, kwargs={"ms": _BUSY_MS}, queue=names.RAW_SHED_QUEUE
+    )
     bench.run(_until_busy(bench))
     for _ in range(n):
         bench.celery.send_task(raw_celery.SHED_MARK, queue=names.RAW_SHED_QUEUE, expires=expires)

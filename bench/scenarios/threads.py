@@ -61,7 +61,14 @@ def run(bench: Bench) -> ScenarioResult:
         "LazyBridge Tool(timeout=) in-process": _lazybridge(bench, n),
     }
     rows = [
-        (side, count(c.cold), f"+{c.peak - c.cold}", f"+{c.settled - c.cold}", f"{c.settled - c.warm}", f"{c.timeouts:,}/{n:,}")
+        (
+            side,
+            count(c.cold),
+            f"+{c.peak - c.cold}",
+            f"+{c.settled - c.cold}",
+            f"{c.settled - c.warm}",
+            f"{c.timeouts:,}/{n:,}",
+        )
         for side, c in measured.items()
     ]
     toolexec = measured["toolexec (asyncio, remote tool)"]
@@ -73,13 +80,23 @@ def run(bench: Bench) -> ScenarioResult:
         title=TITLE,
         tables=[Table(columns=columns, rows=rows)],
         goals=[
-            Goal(name=f"toolexec extra threads, {n:,} in flight", measured=f"+{extra}", target="≤ +4", met=extra <= 4),
-            Goal(name=f"toolexec threads left behind by {n:,} timeouts", measured=str(left), target="0", met=left <= 0),
+            Goal(
+                name=f"toolexec extra threads, {n:,} in flight",
+                measured=f"+{extra}",
+                target="≤ +4",
+                met=extra <= 4,
+            ),
+            Goal(
+                name=f"toolexec threads left behind by {n:,} timeouts",
+                measured=str(left),
+                target="0",
+                met=left <= 0,
+            ),
         ],
         notes=[
-            f"Every call's deadline is {_DEADLINE:g} s and its work takes {_HOLD_MS} ms. 'Extra' counts from before "
-            "the side's first call, so toolexec's one reply listener is in it; 'left behind' counts from after "
-            "one call that returned.",
+            f"Every call's deadline is {_DEADLINE:g} s and its work takes {_HOLD_MS} ms.",
+            "'Extra' counts from before the side's first call, so toolexec's one reply listener is in it.",
+            "'Left behind' counts from after one call that returned.",
         ],
     )
 
@@ -91,7 +108,9 @@ def _toolexec(bench: Bench, n: int) -> _Counts:
         sleep = remote_tool("sleep_ms", client=client)
         cold = os_threads()
         sleep.invoke_sync({"ms": 0}, timeout=10.0)
-        counts = bench.run(_measure(lambda: sleep.invoke({"ms": _HOLD_MS}, timeout=_DEADLINE), n, cold))
+        counts = bench.run(
+            _measure(lambda: sleep.invoke({"ms": _HOLD_MS}, timeout=_DEADLINE), n, cold)
+        )
     finally:
         client.close()
     # The calls that the worker did not reach expired in the queue: it drops them.
@@ -130,5 +149,7 @@ async def _measure(call: Callable[[], Awaitable[object]], n: int, cold: int) -> 
         peak = max(peak, os_threads())
         _, pending = await asyncio.wait(pending, timeout=0.02)
     await asyncio.sleep(_SETTLE)
-    timeouts = sum(isinstance(t.exception(), ToolTimeoutError | lazybridge.ToolTimeoutError) for t in tasks)
+    timeouts = sum(
+        isinstance(t.exception(), ToolTimeoutError | lazybridge.ToolTimeoutError) for t in tasks
+    )
     return _Counts(cold=cold, warm=warm, peak=peak, settled=os_threads(), timeouts=timeouts)

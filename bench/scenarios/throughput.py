@@ -45,7 +45,12 @@ def run(bench: Bench) -> ScenarioResult:
         rates = {name: total * len(times) / sum(times) for name, times in elapsed.items()}
         best_ratio, level = rates[_TOOLEXEC] / rates[_RAW_BEST], in_flight
         rows.append(
-            (f"{in_flight:,}", f"{total:,}", *(rate(rates[name]) for name, _ in sides), ratio(best_ratio))
+            (
+                f"{in_flight:,}",
+                f"{total:,}",
+                *(rate(rates[name]) for name, _ in sides),
+                ratio(best_ratio),
+            )
         )
     columns = ("in flight", "calls per block", f"{_TOOLEXEC} calls/s", f"{_RAW_BEST} calls/s",
                f"{_RAW_THREADS} calls/s", "toolexec / raw best")  # fmt: skip
@@ -60,7 +65,9 @@ def run(bench: Bench) -> ScenarioResult:
         title=TITLE,
         tables=[Table(columns=columns, rows=rows)],
         goals=[goal],
-        notes=[f"{bench.sizes.throughput_rounds} alternated blocks per side and level; calls/s is all calls over all block time."],
+        notes=[
+            f"{bench.sizes.throughput_rounds} alternated blocks per side and level; calls/s is all calls over all block time."
+        ],
     )
 
 

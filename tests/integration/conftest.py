@@ -132,13 +132,15 @@ def probe_env(settings_env: dict[str, str]) -> dict[str, str]:
     return {**settings_env, "TOOLEXEC_TOOL_MODULES": PROBE_TOOL_MODULES}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def probe_worker(
     probe_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
-    """One prefork worker (concurrency 4) on ``default`` with the probes, for the session.
+    """One prefork worker (concurrency 4) on ``default`` with the probes, per test module.
 
-    Tests may kill one of its pool children (Celery replaces it), never the worker.
+    Not session-wide: every worker on a queue must serve the same tools, and other
+    modules run their own workers, with other tool modules, on ``default``. Tests may
+    kill one of its pool children (Celery replaces it), never the worker.
     """
     worker = WorkerProcess(
         name=f"probe-{uuid.uuid4().hex[:8]}",

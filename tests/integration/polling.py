@@ -9,7 +9,9 @@ from collections.abc import Callable
 __all__ = ["wait_until", "wait_until_async"]
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.02) -> bool:
+def wait_until(
+    condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.02
+) -> bool:
     """Poll ``condition`` until it is true or ``timeout`` seconds pass; its last answer."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -48,7 +48,9 @@ def _record_pid(marker: str | None) -> None:
 
 
 @tool
-def probe_echo(text: str, number: int, ratio: float = 0.5, flags: list[bool] | None = None) -> dict[str, Any]:
+def probe_echo(
+    text: str, number: int, ratio: float = 0.5, flags: list[bool] | None = None
+) -> dict[str, Any]:
     """Return the arguments as received, with the call id and the worker's PID.
 
     Args:

@@ -51,7 +51,9 @@ def _lpush_calls(client: redis.Redis) -> int:
 # -- round trips -----------------------------------------------------------------------
 
 
-def test_a_real_tool_returns_the_same_json_through_every_calling_style(tool_client: ToolClient) -> None:
+def test_a_real_tool_returns_the_same_json_through_every_calling_style(
+    tool_client: ToolClient,
+) -> None:
     search = remote_tool("search", timeout=10)
     arguments = {"query": "red-headed league pawnbroker", "limit": 2}
 
@@ -79,7 +81,11 @@ def test_a_side_effecting_tool_books_once_per_call_and_returns_the_booking(
     assert _is_json(booking)
     assert booking["flight_id"] == "BA117"
     assert booking["passenger"] == "Ada Lovelace"  # the worker's pydantic model strips it
-    rows = [row for row in list_bookings(settings.data_dir) if row["booking_id"] == booking["booking_id"]]
+    rows = [
+        row
+        for row in list_bookings(settings.data_dir)
+        if row["booking_id"] == booking["booking_id"]
+    ]
     assert len(rows) == 1
     assert rows[0]["call_id"]
 
@@ -267,4 +273,6 @@ def test_a_pool_child_killed_mid_call_is_reported_as_worker_lost_at_once(
     assert error.tool == "probe_sleep"
     assert "probe_sleep" in str(error)
     # The worker serves on (and Celery replaces the child in the background).
-    assert remote_tool("probe_echo", timeout=10)(text="still here", number=1)["text"] == "still here"
+    assert (
+        remote_tool("probe_echo", timeout=10)(text="still here", number=1)["text"] == "still here"
+    )

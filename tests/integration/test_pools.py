@@ -30,7 +30,9 @@ QUEUE = "single"
 
 @pytest.fixture(scope="module", params=["prefork", "solo", "threads"])
 def single_worker(
-    request: pytest.FixtureRequest, probe_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest,
+    probe_env: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WorkerProcess]:
     """One worker of the given pool with concurrency 1, the only consumer of ``single``."""
     pool: Pool = request.param
@@ -44,7 +46,6 @@ def single_worker(
         log_dir=tmp_path_factory.mktemp(f"single-{pool}"),
     )
     with worker:
-        assert worker.info is not None and worker.info.pool == pool
         yield worker
 
 
@@ -60,7 +61,9 @@ def test_calls_whose_callers_gave_up_while_queued_never_run(
         blocker = asyncio.ensure_future(block.run(seconds=1.5, marker=started))
         assert await wait_until_async(lambda: blocker.done() or redis_client.exists(started))
         assert not blocker.done(), "the blocking call ended before the others were queued"
-        gave_up = await asyncio.gather(*(count.run(key=counted) for _ in range(5)), return_exceptions=True)
+        gave_up = await asyncio.gather(
+            *(count.run(key=counted) for _ in range(5)), return_exceptions=True
+        )
         return gave_up, await blocker
 
     gave_up, blocked = asyncio.run(queue_behind_a_busy_worker())
@@ -91,3 +94,8 @@ def test_a_tool_past_its_hard_limit_is_stopped_and_reported_within_two_seconds(
     # The worker is not stuck behind the abandoned run.
     echoed = remote_tool("probe_echo_single", timeout=5)(text="after the limit", number=2)
     assert echoed["text"] == "after the limit"
+
+
+def test_the_heartbeat_names_the_pool_as_the_worker_was_started_with(single_worker: WorkerProcess) -> None:
+    assert single_worker.info is not None
+    assert single_worker.info.pool == single_worker.pool

@@ -1,0 +1,18 @@
+"""toolexec's benchmark suite: ``python -m bench`` (``--smoke`` for CI, ``--help``).
+
+It measures toolexec side by side with plain Celery, a hand-written Redis RPC and
+LazyBridge's in-process timeout, in one run, on one private Redis server and the same
+worker pool, and prints one table per scenario with the issue's goals marked PASS or
+MISS. Modules:
+
+- ``cli``: the command line and the run order;
+- ``harness``: the private server, the workers of every side, the clients;
+- ``scenarios/``: one module per scenario, numbered as in the issue;
+- ``tools``, ``raw_celery``, ``redis_rpc``: what the workers of each side run;
+- ``stats``, ``report``, ``machine``, ``sizes``, ``names``, ``procs``: helpers.
+"""
+
+from __future__ import annotations
+
+# Nothing is imported here: workers import ``bench.tools`` and need none of the rest.
+__all__: list[str] = []

@@ -1,0 +1,137 @@
+"""``python -m bench``: run the scenarios and print one table per scenario.
+
+A MISS against a goal is information and leaves the exit status 0; only a scenario
+that crashes (or a process that cannot be started) makes it 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shlex
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import get_args
+
+from bench.harness import PROJECT_ROOT, Bench, Options
+from bench.machine import describe
+from bench.report import ScenarioResult, markdown_table, render
+from bench.scenarios import SCENARIOS, Scenario
+from bench.sizes import FULL, SMOKE
+from executor.launch import Pool
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; the exit status (0 unless something crashed)."""
+    args = _parser().parse_args(argv)
+    selected = _select(args.only)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that every child is stopped
+    options = Options(
+        sizes=SMOKE if args.smoke else FULL, pool=args.pool, concurrency=args.concurrency
+    )
+    command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
+    when = datetime.datetime.now().astimezone()
+    sections = [
+        f"# toolexec benchmarks\n\nCommand: `{command}` ({options.sizes.name} run, {when:%Y-%m-%d %H:%M %Z})\n"
+    ]
+    _emit(sections[0])
+    crashed = False
+    results: list[ScenarioResult] = []
+    with Bench.open(options) as bench:
+        machine = describe(redis_version=bench.redis_version(), root=PROJECT_ROOT)
+        machine.append(
+            (
+                "shared workers",
+                f"{options.pool} pool, concurrency {options.concurrency}, one of each side",
+            )
+        )
+        sections.append("## Machine\n\n" + markdown_table(("machine", ""), machine) + "\n")
+        _emit(sections[-1])
+        for scenario in selected:
+            result, ok = _run_one(scenario, bench)
+            crashed |= not ok
+            results.append(result)
+            sections.append(render(result))
+            _emit(sections[-1])
+    sections.append(_summary(results))
+    _emit(sections[-1])
+    if args.markdown is not None:
+        args.markdown.write_text("\n".join(sections))
+        print(f"wrote {args.markdown}")
+    return 1 if crashed else 0
+
+
+def _run_one(scenario: Scenario, bench: Bench) -> tuple[ScenarioResult, bool]:
+    start = time.monotonic()
+    try:
+        result = scenario.run(bench)
+        ok = True
+    except Exception:  # noqa: BLE001 - reported, and the other scenarios still run
+        trace = traceback.format_exc()
+        print(trace, file=sys.stderr, flush=True)
+        last = trace.strip().splitlines()[-1]
+        result = ScenarioResult(
+            number=scenario.NUMBER, title=scenario.TITLE, notes=[f"CRASHED: {last}"]
+        )
+        ok = False
+    result.notes.append(f"Took {time.monotonic() - start:.1f} s.")
+    return result, ok
+
+
+def _summary(results: Sequence[ScenarioResult]) -> str:
+    rows = [
+        (f"{r.number}", g.name, g.measured, g.target, g.verdict) for r in results for g in r.goals
+    ]
+    return (
+        "## Goals\n\n"
+        + markdown_table(("scenario", "goal", "measured", "target", "result"), rows)
+        + "\n"
+    )
+
+
+def _select(only: str | None) -> list[Scenario]:
+    if only is None:
+        return list(SCENARIOS)
+    try:
+        wanted = {int(part) for part in only.split(",") if part.strip()}
+    except ValueError:
+        raise SystemExit(f"--only takes scenario numbers such as 1,3; got {only!r}") from None
+    unknown = wanted - {s.NUMBER for s in SCENARIOS}
+    if unknown:
+        raise SystemExit(f"--only: no scenario {sorted(unknown)}; there are 1 to {len(SCENARIOS)}")
+    return [s for s in SCENARIOS if s.NUMBER in wanted]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--smoke", action="store_true", help="a few hundred calls per scenario, for CI"
+    )
+    parser.add_argument(
+        "--only", metavar="N,M", help="run only these scenarios (numbers, comma-separated)"
+    )
+    parser.add_argument(
+        "--markdown", metavar="PATH", type=Path, help="also write the tables to this file"
+    )
+    parser.add_argument(
+        "--pool", choices=get_args(Pool), default="prefork", help="pool of the shared workers"
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=2, help="concurrency of the shared workers"
+    )
+    return parser
+
+
+def _emit(text: str) -> None:
+    print(text, flush=True)
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)

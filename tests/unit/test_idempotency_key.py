@@ -1,0 +1,213 @@
+"""The idempotency key and the run scope, without Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from agent_client import current_run_id, run_scope
+from agent_client.idempotency import canonical_arguments, idempotency_key
+from executor.schema import function_schema
+
+
+class Seat(BaseModel):
+    row: int = 1
+    window: bool = False
+
+
+class Trip(BaseModel):
+    seat: Seat = Seat()
+    legs: list[Seat] = []
+
+
+def _book(
+    passenger: str, trip: Trip, seat: Seat | None = None, price: float = 0, count: int = 1
+) -> None:
+    """Book a trip.
+
+    Args:
+        passenger: Who travels.
+        trip: The trip.
+        seat: A seat preference.
+        price: The price.
+        count: How many seats.
+    """
+
+
+SCHEMA: dict[str, Any] = function_schema(_book, name="book").parameters
+
+
+def _key(arguments: dict[str, Any], *, run: str = "run-1", tool: str = "book") -> str:
+    return idempotency_key(run, tool, SCHEMA, arguments)
+
+
+# -- canonical arguments -----------------------------------------------------------------
+
+
+def test_schema_defaults_are_filled_in() -> None:
+    canonical = canonical_arguments(SCHEMA, {"passenger": "Ada", "trip": {}})
+    assert canonical == {
+        "passenger": "Ada",
+        "trip": {"seat": {"row": 1, "window": False}, "legs": []},
+        "seat": None,
+        "price": 0,
+        "count": 1,
+    }
+
+
+def test_a_call_that_spells_out_the_defaults_has_the_key_of_one_that_omits_them() -> None:
+    short = _key({"passenger": "Ada", "trip": {}})
+    spelled = _key(
+        {
+            "passenger": "Ada",
+            "trip": {"seat": {"row": 1, "window": False}, "legs": []},
+            "seat": None,
+            "price": 0.0,
+            "count": 1,
+        }
+    )
+    assert short == spelled
+
+
+def test_key_order_does_not_matter_at_any_depth() -> None:
+    a = _key({"passenger": "Ada", "trip": {"seat": {"row": 3, "window": True}}})
+    b = _key({"trip": {"seat": {"window": True, "row": 3}}, "passenger": "Ada"})
+    assert a == b
+
+
+def test_zero_and_zero_point_zero_are_the_same_argument() -> None:
+    assert _key({"passenger": "Ada", "trip": {}, "price": 0}) == _key(
+        {"passenger": "Ada", "trip": {}, "price": 0.0}
+    )
+    assert _key({"passenger": "Ada", "trip": {}, "price": 12}) == _key(
+        {"passenger": "Ada", "trip": {}, "price": 12.0}
+    )
+    assert _key({"passenger": "Ada", "trip": {}, "price": 0.5}) != _key(
+        {"passenger": "Ada", "trip": {}, "price": 0}
+    )
+
+
+def test_nested_models_behind_a_ref_get_their_defaults() -> None:
+    a = _key({"passenger": "Ada", "trip": {"seat": {}}})
+    b = _key({"passenger": "Ada", "trip": {"seat": {"row": 1}}})
+    c = _key({"passenger": "Ada", "trip": {}})
+    assert a == b == c
+
+
+def test_models_in_lists_and_optional_models_get_their_defaults() -> None:
+    listed = [
+        _key({"passenger": "Ada", "trip": {"legs": [leg]}})
+        for leg in ({}, {"row": 1}, {"window": False, "row": 1.0})
+    ]
+    optional = [
+        _key({"passenger": "Ada", "trip": {}, "seat": seat})
+        for seat in ({}, {"row": 1}, {"window": False})
+    ]
+    assert len(set(listed)) == 1
+    assert len(set(optional)) == 1
+    assert _key({"passenger": "Ada", "trip": {}, "seat": None}) not in optional
+
+
+def test_different_arguments_runs_and_tools_give_different_keys() -> None:
+    base = {"passenger": "Ada", "trip": {}}
+    key = _key(base)
+    assert _key({**base, "passenger": "Grace"}) != key
+    assert _key(base, run="run-2") != key
+    assert _key(base, tool="book_again") != key
+    assert len(key) == 64 and int(key, 16) >= 0  # SHA-256, hex
+
+
+def test_booleans_are_not_numbers() -> None:
+    schema = {"type": "object", "properties": {"flag": {}}}
+    assert idempotency_key("r", "t", schema, {"flag": True}) != idempotency_key(
+        "r", "t", schema, {"flag": 1}
+    )
+
+
+def test_the_key_is_stable_across_processes() -> None:
+    # A pure function of its inputs: another client process computes the same key.
+    assert _key({"passenger": "Ada", "trip": {}}) == _key({"passenger": "Ada", "trip": {}})
+    assert _key({"passenger": "Ada", "trip": {}}) == (
+        idempotency_key("run-1", "book", dict(SCHEMA), {"trip": {}, "passenger": "Ada"})
+    )
+
+
+# -- run_scope -----------------------------------------------------------------------------
+
+
+def test_outside_any_scope_there_is_no_run() -> None:
+    assert current_run_id() is None
+
+
+def test_a_sync_scope_sets_the_run_id_and_restores_it() -> None:
+    with run_scope("run-a") as run_id:
+        assert run_id == "run-a" == current_run_id()
+    assert current_run_id() is None
+
+
+def test_an_async_scope_sets_the_run_id_for_the_tasks_started_inside() -> None:
+    async def main() -> tuple[str, list[str | None], str | None]:
+        async with run_scope() as run_id:
+
+            async def seen() -> str | None:
+                await asyncio.sleep(0)
+                return current_run_id()
+
+            inside = await asyncio.gather(seen(), seen())
+        return run_id, inside, current_run_id()
+
+    run_id, inside, after = asyncio.run(main())
+    assert inside == [run_id, run_id]
+    assert after is None
+
+
+def test_scopes_nest_and_unwind_in_order() -> None:
+    with run_scope("outer"):
+        with run_scope("inner"):
+            assert current_run_id() == "inner"
+        assert current_run_id() == "outer"
+    assert current_run_id() is None
+
+
+def test_a_scope_that_raises_still_restores_the_outer_run() -> None:
+    with run_scope("outer"):
+        with pytest.raises(RuntimeError), run_scope("inner"):
+            raise RuntimeError("boom")
+        assert current_run_id() == "outer"
+
+
+def test_each_scope_without_an_id_gets_a_fresh_one() -> None:
+    ids = set()
+    for _ in range(100):
+        with run_scope() as run_id:
+            ids.add(run_id)
+    assert len(ids) == 100
+    assert all(isinstance(i, str) and len(i) == 32 for i in ids)
+
+
+def test_a_scope_object_can_be_entered_again() -> None:
+    scope = run_scope()
+    with scope as first:
+        pass
+    with scope as second:
+        assert current_run_id() == first
+    assert first == second
+
+
+def test_other_threads_do_not_see_the_scope() -> None:
+    seen: list[str | None] = []
+    with run_scope("main-thread"):
+        thread = threading.Thread(target=lambda: seen.append(current_run_id()))
+        thread.start()
+        thread.join()
+    assert seen == [None]
+
+
+@pytest.mark.parametrize("bad", ["", 7, b"run"])
+def test_a_run_id_must_be_a_non_empty_string(bad: Any) -> None:
+    with pytest.raises(ValueError, match="run_id"):
+        run_scope(bad)
