@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
     when = datetime.datetime.now().astimezone()
     sections = [
-        f"# toolexec benchmarks\n\nCommand: `{command}` ({options.sizes.name} run, {when:%Y-%m-%d %H:%M %Z})\n"
+        _INTRO.format(command=command, run=options.sizes.name, when=f"{when:%Y-%m-%d %H:%M %Z}")
     ]
     _emit(sections[0])
     crashed = False
@@ -66,6 +66,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.markdown.write_text("\n".join(sections))
         print(f"wrote {args.markdown}")
     return 1 if crashed else 0
+
+
+_INTRO = """# toolexec benchmarks
+
+toolexec side by side with plain Celery (`send_task().get()`, Redis result backend), a
+hand-written Redis RPC and LazyBridge's in-process `Tool(timeout=)`, measured in one
+run on one private Redis server, with the same worker pool and concurrency for toolexec
+and Celery. Timed sides alternate in blocks (A B A B ...) so that drift on a shared
+machine lands on all of them. A MISS is information for whoever optimises next.
+
+Command: `{command}` ({run} run, {when})
+
+`python -m bench --smoke` is the short run that CI makes, `--only 1,4` picks scenarios,
+`--markdown PATH` writes this page.
+"""
 
 
 def _run_one(scenario: Scenario, bench: Bench) -> tuple[ScenarioResult, bool]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import sys
 import time
 from collections.abc import Coroutine, Iterator, Sequence
@@ -63,7 +62,6 @@ class Bench:
         self.options = options
         self.sizes = options.sizes
         self.logs = workdir / "logs"
-        self._stack = stack
         self.server = stack.enter_context(RedisServer(directory=workdir / "redis"))
         self.url = self.server.url
         #: Environment of every worker: the private server and the benchmark's tools.
@@ -95,9 +93,6 @@ class Bench:
             )
             stack.enter_context(bench.raw_worker("raw", pool, concurrency, names.RAW_QUEUE))
             stack.enter_context(bench._rpc_server())
-            # First at exit, while Redis still answers: results that a traceback kept
-            # alive unsubscribe in their __del__ (else they try at interpreter exit).
-            stack.callback(gc.collect)
             yield bench
 
     # -- processes -------------------------------------------------------------------

@@ -20,7 +20,8 @@ class Sizes:
         roundtrip_calls: Sequential calls per block (scenario 1).
         in_flight: Concurrency levels of the throughput scenario (2).
         throughput_rounds: A B A B rounds of scenario 2.
-        throughput_calls: Calls per block at least; also at least three per call in flight.
+        throughput_calls: Calls per block at least.
+        throughput_per_lane: Calls per block per call in flight, at least.
         thread_calls: Calls in flight, then timed out, in scenario 3.
         deadlines: Deadlines in seconds of scenario 4.
         deadline_rounds: A B A B rounds of scenario 4.
@@ -39,6 +40,7 @@ class Sizes:
     in_flight: tuple[int, ...]
     throughput_rounds: int
     throughput_calls: int
+    throughput_per_lane: int
     thread_calls: int
     deadlines: tuple[float, ...] = (0.05, 0.1, 1.0, 1.5)
     deadline_rounds: int
@@ -51,7 +53,7 @@ class Sizes:
 
     def throughput_block(self, in_flight: int) -> int:
         """Calls per block at ``in_flight`` calls in flight."""
-        return max(self.throughput_calls, 3 * in_flight)
+        return max(self.throughput_calls, self.throughput_per_lane * in_flight)
 
 
 FULL = Sizes(
@@ -62,6 +64,7 @@ FULL = Sizes(
     in_flight=(1, 10, 100, 1000),
     throughput_rounds=3,
     throughput_calls=500,
+    throughput_per_lane=3,
     thread_calls=1000,
     deadline_rounds=4,
     deadline_samples=5,
@@ -79,6 +82,7 @@ SMOKE = Sizes(
     in_flight=(1, 10, 100),
     throughput_rounds=1,
     throughput_calls=20,
+    throughput_per_lane=1,
     thread_calls=100,
     deadline_rounds=1,
     deadline_samples=1,
