@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import itertools
 import os
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,7 +25,6 @@ from redis.retry import Retry
 
 from agent_client.catalog import Catalog
 from agent_client.errors import (
-    BrokerUnavailable,
     RemoteToolError,
     ToolArgumentsInvalid,
     ToolExecutionError,
@@ -31,9 +32,9 @@ from agent_client.errors import (
     ToolTimeoutError,
     WorkerLost,
 )
-from agent_client.idempotency import claim
 from agent_client.idempotency import idempotency_key as key_for
 from agent_client.listener import ReplyListener, Watch
+from agent_client.publish import LoopBatcher, Publisher, Send
 from agent_client.scope import current_run_id
 from agent_client.validation import ArgumentValidator
 from executor import keys
@@ -70,6 +71,9 @@ class ToolClient:
             broker=self._broker,
         )
         self._validators: dict[str, tuple[ToolSpec, ArgumentValidator]] = {}
+        self.publisher = Publisher(self._broker, self.redis, reply_to=self.client_id)
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopBatcher] = weakref.WeakKeyDictionary()
+        self._numbers = itertools.count(1)
         self._origin = f"toolexec-client@{os.getpid()}"
 
     @staticmethod
@@ -102,11 +106,13 @@ class ToolClient:
         timeout: float | None,
         run_id: str | None = None,
         idempotency_key: str | None = None,
+        batcher: LoopBatcher | None = None,
     ) -> tuple[CallRequest, concurrent.futures.Future[CallOutcome]]:
-        """Validate and publish one call; return it and the future of its outcome.
+        """Validate and send one call; return it and the future of its outcome.
 
-        For an idempotent tool the publish is a claim: a stored outcome resolves the
-        future at once, and a call already under way in the run is joined.
+        For an idempotent tool the send is a claim: a stored outcome resolves the
+        future at once, and a call already under way in the run is joined. With a
+        ``batcher`` the send waits for the end of the event loop's turn.
         """
         self.validate(spec, arguments)
         self.catalog.spec(spec.name)  # ToolNotFound if no live worker serves it
@@ -116,8 +122,8 @@ class ToolClient:
             run_id = run
         elif run_id is None:
             run_id = current_run_id()
-        call = CallRequest(
-            call_id=uuid.uuid4().hex,
+        call = CallRequest.model_construct(  # fields built here are valid by construction
+            call_id=f"{self.client_id}-{next(self._numbers)}",
             tool=spec.name,
             arguments=arguments,
             reply_to=self.client_id,
@@ -129,52 +135,43 @@ class ToolClient:
         headers = task_headers(call, task_name=task_name_for(spec.delivery), hard_limit=hard, origin=self._origin)
         envelope = redis_envelope(call, queue=spec.queue, headers=headers)
         watch = Watch(
-            running_key=keys.running(idempotency_key or call.call_id),
+            running_keys=(
+                (keys.running(idempotency_key), keys.running(call.call_id))
+                if idempotency_key
+                else (keys.running(call.call_id),)
+            ),
             delivery=spec.delivery,
             queue=spec.queue,
             envelope=envelope,
             since=time.monotonic(),
+            claimed_key=idempotency_key,
         )
         future = self.listener.expect(call.call_id, watch)
-        try:
-            if idempotency_key is None:
-                self._broker.lpush(spec.queue, envelope)
-            else:
-                self._claim(spec, call, idempotency_key, envelope, future, timeout=timeout)
-        except redis.RedisError as exc:
-            self.listener.forget(call.call_id)
-            raise BrokerUnavailable(f"cannot send the call to {spec.name!r}: {exc}", tool=spec.name) from exc
+        claim = None
+        if idempotency_key is not None:
+            window = timeout if timeout is not None else self.settings.outcome_ttl
+            claim = (idempotency_key, int((window + (spec.hard_timeout or 0) + self.settings.claim_margin) * 1000))
+        send = Send(tool=spec.name, call_id=call.call_id, queue=spec.queue, envelope=envelope, future=future, claim=claim)
+        if batcher is not None:
+            batcher.add(send)
+        else:
+            self.publisher.send([send])
         return call, future
 
-    def _claim(
-        self,
-        spec: ToolSpec,
-        call: CallRequest,
-        key: str,
-        envelope: str,
-        future: concurrent.futures.Future[CallOutcome],
-        *,
-        timeout: float | None,
-    ) -> None:
-        window = timeout if timeout is not None else self.settings.outcome_ttl
-        ttl_ms = int((window + (spec.hard_timeout or 0) + self.settings.claim_margin) * 1000)
-        same_server = self._broker is self.redis
-        state, stored = claim(
-            self.redis, key, call_id=call.call_id, reply_to=self.client_id, ttl_ms=ttl_ms,
-            queue=spec.queue, envelope=envelope, push=same_server,
-        )  # fmt: skip
-        if state == "claimed" and not same_server:
-            self._broker.lpush(spec.queue, envelope)
-        elif state == "stored":
-            self.listener.forget(call.call_id)
-            future.set_result(CallOutcome.model_validate_json(stored))
+    def batcher(self) -> LoopBatcher:
+        """The batcher of the running event loop (one per loop, made on first use)."""
+        loop = asyncio.get_running_loop()
+        batcher = self._batchers.get(loop)
+        if batcher is None:
+            batcher = self._batchers[loop] = LoopBatcher(loop, self.publisher)
+        return batcher
 
     async def call(self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, **options: Any) -> Any:
         """Run a call and return its result, waiting without blocking the event loop."""
         ends = None if timeout is None else time.monotonic() + timeout
         while True:
             left = None if ends is None else max(0.0, ends - time.monotonic())
-            call, future = self.start(spec, arguments, timeout=left, **options)
+            call, future = self.start(spec, arguments, timeout=left, batcher=self.batcher(), **options)
             try:
                 outcome = await asyncio.wait_for(asyncio.wrap_future(future), left)
             except TimeoutError:

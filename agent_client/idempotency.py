@@ -15,11 +15,19 @@ import math
 from typing import Any, Literal, cast
 
 import redis
-from redis.commands.core import Script
 
 from executor import keys
 
-__all__ = ["Claim", "canonical_arguments", "claim", "idempotency_key"]
+__all__ = [
+    "CLAIM_SHA",
+    "Claim",
+    "canonical_arguments",
+    "claim_call",
+    "idempotency_key",
+    "load_claim_script",
+    "parse_claim",
+    "release_claim",
+]
 
 Claim = Literal["claimed", "stored", "joined"]
 
@@ -35,8 +43,7 @@ if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KE
 return {'joined', ''}
 """
 
-# EVALSHA, loading the script again after a Redis restart (redis-py's Script does).
-_SCRIPT = Script(cast(Any, None), _CLAIM.encode())
+CLAIM_SHA = hashlib.sha1(_CLAIM.encode()).hexdigest()
 
 
 def canonical_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> Any:
@@ -94,8 +101,8 @@ def idempotency_key(run_id: str, tool: str, schema: dict[str, Any], arguments: d
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def claim(
-    client: redis.Redis,
+def claim_call(
+    pipe: redis.client.Pipeline,
     key: str,
     *,
     call_id: str,
@@ -104,16 +111,37 @@ def claim(
     queue: str,
     envelope: str,
     push: bool,
-) -> tuple[Claim, str]:
-    """Claim ``key`` (and push ``envelope`` when ``push``), or find its outcome, or join.
+) -> None:
+    """Queue the claim of ``key`` on ``pipe``: claim it (and push ``envelope`` when
+    ``push``), or find its stored outcome, or join the execution under way.
 
-    Returns ``("claimed", "")``, ``("stored", outcome JSON)`` or ``("joined", "")``.
+    Read the pipeline's result with :func:`parse_claim`.
     """
-    state, value = _SCRIPT(
-        keys=[keys.claim(key), keys.outcome(key), keys.waiters(key), queue],
-        args=[call_id, ttl_ms, envelope, f"{reply_to} {call_id}", "1" if push else "0"],
-        client=client,
-    )
-    state = state.decode() if isinstance(state, bytes) else state
-    value = value.decode() if isinstance(value, bytes) else value
+    # EVALSHA without redis-py's per-pipeline SCRIPT EXISTS round trip: a NOSCRIPT
+    # reply (after a Redis restart) is answered with load_claim_script() and a resend.
+    pipe.evalsha(
+        CLAIM_SHA, 4, keys.claim(key), keys.outcome(key), keys.waiters(key), queue,
+        call_id, ttl_ms, envelope, f"{reply_to} {call_id}", "1" if push else "0",
+    )  # fmt: skip
+
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def release_claim(client: redis.Redis, key: str, *, call_id: str) -> bool:
+    """Free ``key``'s claim if ``call_id`` still holds it (its worker died unfinished)."""
+    return bool(client.eval(_RELEASE, 1, keys.claim(key), call_id))
+
+
+def load_claim_script(client: redis.Redis) -> None:
+    """Load the claim script into ``client``'s server (after NOSCRIPT)."""
+    client.script_load(_CLAIM)
+
+
+def parse_claim(result: Any) -> tuple[Claim, str]:
+    """``("claimed", "")``, ``("stored", outcome JSON)`` or ``("joined", "")``."""
+    state, value = (v.decode() if isinstance(v, bytes) else v for v in result)
     return cast(Claim, state), value

@@ -28,6 +28,7 @@ import pydantic
 import redis
 
 from agent_client.errors import BrokerUnavailable
+from agent_client.idempotency import release_claim
 from executor import keys
 from executor.protocol import CallOutcome, Delivery, ErrorKind
 
@@ -46,11 +47,15 @@ _OUTAGE_GRACE = 1.0
 class Watch:
     """What the listener needs to notice that a call's worker died, and act."""
 
-    running_key: str
+    #: Where workers record who holds the call: the idempotency key's marker first
+    #: (set before an idempotent call starts), then the call id's (set by heartbeats).
+    running_keys: tuple[str, ...]
     delivery: Delivery
     queue: str
     envelope: str
     since: float
+    #: The idempotency key, when this caller claimed one (freed if its worker dies).
+    claimed_key: str | None = None
     resent: int = 0
 
 
@@ -161,8 +166,10 @@ class ReplyListener:
             ]
         if not watched:
             return
-        holders = cast(list[bytes | None], client.mget([watch.running_key for _, watch in watched]))
-        worker_ids = {h.decode().rpartition("|")[0] for h in holders if h}
+        flat = [key for _, watch in watched for key in watch.running_keys]
+        found = iter(cast(list[bytes | None], client.mget(flat)))
+        holders = [next((t for t in [next(found) for _ in watch.running_keys] if t), None) for _, watch in watched]
+        worker_ids = sorted({h.decode().rpartition("|")[0] for h in holders if h})
         beats = dict(zip(worker_ids, client.mget([keys.worker(w) for w in worker_ids]), strict=True)) if worker_ids else {}
         for (call_id, watch), tag in zip(watched, holders, strict=True):
             if not tag:
@@ -179,6 +186,9 @@ class ReplyListener:
             watch.since = time.monotonic()
             return
         logger.warning("call %s: its worker is gone", call_id)
+        if watch.claimed_key is not None:
+            # Nothing will finish this execution: let a retry in the run claim it again.
+            release_claim(client, watch.claimed_key, call_id=call_id)
         with self._lock:
             waiting = self._pending.pop(call_id, None)
         if waiting is not None:

@@ -4,7 +4,8 @@ On start a worker writes the :class:`ToolSpec` of every registered tool to the c
 hash and starts a heartbeat: a key per worker, naming the queues and tools it serves,
 whose TTL is one heartbeat interval. It is refreshed three times per interval, so a
 dead worker drops out within one interval; clients never see it again. Each beat also
-writes the specs again, so a catalog lost with a Redis restart heals within a beat.
+writes the specs again, so a catalog lost with a Redis restart heals within a beat, and
+records which process holds each call it has taken (``running:<call id>``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import redis
@@ -41,6 +42,7 @@ class Heartbeat:
         definitions: Iterable[ToolDefinition],
         interval: float,
         pool: str = "",
+        running: Callable[[], Iterable[tuple[str, str]]] = tuple,
     ) -> None:
         queues = tuple(sorted(set(queues)))
         definitions = list(definitions)
@@ -57,6 +59,7 @@ class Heartbeat:
         self._client = client
         self._specs = {d.name: d.spec.model_dump_json() for d in definitions}
         self._interval = interval
+        self._running = running
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="toolexec-heartbeat", daemon=True)
 
@@ -76,6 +79,11 @@ class Heartbeat:
             pipe.hset(keys.CATALOG, mapping=cast(Any, self._specs))
         pipe.set(keys.worker(self.info.worker_id), self.info.model_dump_json(), px=int(self._interval * 1000))
         pipe.sadd(keys.WORKERS, self.info.worker_id)
+        # Who holds each call this worker has taken: a client whose call waits that
+        # long reads it to notice that this worker died.
+        marker_ms = int(self._interval * 10_000)
+        for running_key, holder in self._running():
+            pipe.set(running_key, holder, px=marker_ms)
         pipe.execute()
 
     def stop(self) -> None:

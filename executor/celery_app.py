@@ -13,8 +13,10 @@ from typing import Any
 
 from celery import Celery, signals
 from celery.utils.imports import import_from_cwd
+from celery.worker import state as worker_state
 from kombu.entity import Queue
 
+from executor import keys
 from executor.backend import ReplyBackend
 from executor.catalog import Heartbeat
 from executor.errors import ConfigurationError
@@ -63,7 +65,13 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.conf.update(
         broker_url=settings.broker_url,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
+        # Kombu's ack emulation keeps each message in Redis until it is acknowledged and
+        # restores it after the visibility timeout. toolexec notices a lost worker
+        # itself, within seconds (heartbeats and holders), so it is off unless asked for.
+        broker_transport_options={
+            "visibility_timeout": settings.visibility_timeout,
+            "ack_emulation": settings.ack_emulation,
+        },
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],
@@ -113,13 +121,36 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
     tools = registered_tools()
     queues = [q.name for q in sender.task_consumer.queues]
     pool = _pool_name(sender.pool)
+    hostname = sender.hostname
     heartbeat = Heartbeat(
         client, worker_id=worker_id(sender.hostname), hostname=sender.hostname, queues=queues, definitions=tools.values(),
         interval=settings.heartbeat_interval, pool=pool,
+        running=lambda: _calls_held(hostname),
     )
     heartbeat.start()
     _heartbeats.append(heartbeat)
     _check_pool_often(sender)
+
+
+def _calls_held(hostname: str) -> list[tuple[str, str]]:
+    """(``running:<call id>``, holder) of every call this worker has taken.
+
+    The holder names the pool process running it, or pid 0 while it waits in this
+    worker for a free process. A client whose call waits reads it to notice that this
+    worker died, including calls it had taken but not started.
+    """
+    try:
+        held = {*worker_state.reserved_requests, *worker_state.active_requests}
+    except RuntimeError:  # a set changed while we copied it; next beat
+        return []
+    wid = worker_id(hostname)
+    marks = []
+    for request in held:
+        kwargs = getattr(request, "kwargs", None)
+        call_id = kwargs.get("call_id") if isinstance(kwargs, dict) else None
+        if isinstance(call_id, str):
+            marks.append((keys.running(call_id), f"{wid}|{getattr(request, 'worker_pid', None) or 0}"))
+    return marks
 
 
 def _pool_name(pool: Any) -> str:

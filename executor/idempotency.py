@@ -1,7 +1,9 @@
 """The worker's half of "nothing runs twice": begin and complete a keyed call.
 
-Every call records who runs it (``running:<key>``, a holder tag). For an idempotent
-call the key is its idempotency key, and two Lua scripts make each step atomic:
+A call is recorded with who holds it (a holder tag): under ``running:<call id>`` by the
+worker's heartbeat, for every call the worker has taken, once it has held it for a
+moment (only a client whose call has waited that long reads it); and, for an
+idempotent call, under ``running:<idempotency key>`` before it starts. Two Lua scripts make each step of an idempotent call atomic:
 
 * **begin**: a stored outcome is returned instead of running; else the call takes the
   running marker; if another live delivery holds it, this one joins as a waiter; if
@@ -33,7 +35,7 @@ _BEGIN = """
 local stored = redis.call('GET', KEYS[1])
 if stored then return {'stored', stored} end
 if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return {'run', ''} end
-if ARGV[3] == '1' then
+if ARGV[3] == '1' or redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
   return {'run', ''}
 end
@@ -60,6 +62,7 @@ for _, w in ipairs(waiters) do
   end
 end
 if redis.call('GET', KEYS[4]) == ARGV[7] then redis.call('DEL', KEYS[4]) end
+redis.call('DEL', KEYS[5])
 return #waiters
 """
 
@@ -98,7 +101,8 @@ def begin(
 ) -> tuple[Literal["run", "stored", "busy"], str]:
     """Start a call: ``("run", "")``, ``("stored", outcome JSON)`` or ``("busy", holder)``."""
     if call.idempotency_key is None:
-        client.set(_running_key(call), holder, px=ttl_ms)
+        # No write here: the worker's heartbeat records who runs a plain call once it
+        # has run for a moment (executor/catalog.py), keeping a round trip off every call.
         return "run", ""
     key = call.idempotency_key
     keys_ = [keys.outcome(key), keys.running(key), keys.waiters(key)]
@@ -134,7 +138,7 @@ def complete(
     key = call.idempotency_key
     claimant = f"{call.reply_to} {call.call_id}" if call.reply_to else ""
     _COMPLETE_SCRIPT(
-        keys=[keys.outcome(key), keys.waiters(key), keys.claim(key), keys.running(key)],
+        keys=[keys.outcome(key), keys.waiters(key), keys.claim(key), keys.running(key), keys.running(call.call_id)],
         args=[encoded, "1" if store else "0", outcome_ttl * 1000, reply_ttl, _REPLY_PREFIX, claimant, holder],
         client=client,
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,7 +62,7 @@ def redis_envelope(call: CallRequest, *, queue: str, headers: dict[str, Any]) ->
                 "delivery_info": {"exchange": "", "routing_key": queue},
                 "priority": 0,
                 "body_encoding": "base64",
-                "delivery_tag": str(uuid.uuid4()),
+                "delivery_tag": call.call_id,
             },
         },
         separators=(",", ":"),

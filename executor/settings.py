@@ -36,7 +36,10 @@ class Settings(BaseModel):
         outcome_ttl: Seconds a stored idempotent outcome is kept.
         claim_margin: Seconds added to a claim's TTL beyond the deadline and hard limit.
         visibility_timeout: Seconds before Redis redelivers an unacknowledged message;
-            must exceed every tool's hard limit.
+            must exceed every tool's hard limit. Only used with ``ack_emulation``.
+        ack_emulation: Keep kombu's copy of each taken message until it is acknowledged,
+            restored after ``visibility_timeout`` if its worker vanished. Off by default:
+            the client notices a lost worker within seconds and sends its call again.
         max_argument_bytes: Largest JSON encoding of a call's arguments accepted.
         max_result_bytes: Largest JSON encoding of a tool's result accepted.
         data_dir: Where tools keep files (the booking ledger, the search index).
@@ -53,6 +56,7 @@ class Settings(BaseModel):
     outcome_ttl: int = Field(default=86_400, gt=0)
     claim_margin: float = Field(default=30.0, ge=0, allow_inf_nan=False)
     visibility_timeout: int = Field(default=3600, gt=0)
+    ack_emulation: bool = False
     max_argument_bytes: int = Field(default=1_048_576, gt=0)
     max_result_bytes: int = Field(default=4_194_304, gt=0)
     data_dir: str = Field(default_factory=_default_data_dir)
@@ -123,6 +127,7 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "outcome_ttl": "TOOLEXEC_OUTCOME_TTL",
     "claim_margin": "TOOLEXEC_CLAIM_MARGIN",
     "visibility_timeout": "TOOLEXEC_VISIBILITY_TIMEOUT",
+    "ack_emulation": "TOOLEXEC_ACK_EMULATION",
     "max_argument_bytes": "TOOLEXEC_MAX_ARGUMENT_BYTES",
     "max_result_bytes": "TOOLEXEC_MAX_RESULT_BYTES",
     "data_dir": "TOOLEXEC_DATA_DIR",
