@@ -17,12 +17,13 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from agent_client._futures import Waiter, settle
 from agent_client.catalog import Catalog
 from agent_client.errors import (
     RemoteToolError,
@@ -36,10 +37,11 @@ from agent_client.idempotency import idempotency_key as key_for
 from agent_client.listener import ReplyListener, Watch
 from agent_client.publish import LoopBatcher, Publisher, Send
 from agent_client.scope import current_run_id
+from agent_client.stored import StoredOutcomes
 from agent_client.validation import ArgumentValidator
 from executor import keys
 from executor.message import redis_envelope, task_headers
-from executor.protocol import CallOutcome, CallRequest, ErrorKind, ToolSpec, task_name_for
+from executor.protocol import CallOutcome, CallRequest, ErrorKind, ToolSpec, should_store, task_name_for
 from executor.settings import Settings
 
 __all__ = ["ToolClient", "configure", "get_client"]
@@ -74,6 +76,7 @@ class ToolClient:
         self.publisher = Publisher(self._broker, self.redis, reply_to=self.client_id)
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopBatcher] = weakref.WeakKeyDictionary()
         self._numbers = itertools.count(1)
+        self.stored = StoredOutcomes(ttl=settings.outcome_ttl)
         self._origin = f"toolexec-client@{os.getpid()}"
 
     @staticmethod
@@ -107,7 +110,7 @@ class ToolClient:
         run_id: str | None = None,
         idempotency_key: str | None = None,
         batcher: LoopBatcher | None = None,
-    ) -> tuple[CallRequest, concurrent.futures.Future[CallOutcome]]:
+    ) -> tuple[CallRequest, Waiter]:
         """Validate and send one call; return it and the future of its outcome.
 
         For an idempotent tool the send is a claim: a stored outcome resolves the
@@ -131,6 +134,11 @@ class ToolClient:
             run_id=run_id,
             idempotency_key=idempotency_key,
         )
+        if idempotency_key is not None and (seen := self.stored.get(idempotency_key)) is not None:
+            # A repeat of a call whose outcome this process has seen stored: no I/O.
+            future: Waiter = batcher.loop.create_future() if batcher is not None else concurrent.futures.Future()
+            settle(future, result=seen)
+            return call, future
         hard = spec.hard_timeout + _CELERY_LIMIT_MARGIN if spec.hard_timeout else None
         headers = task_headers(call, task_name=task_name_for(spec.delivery), hard_limit=hard, origin=self._origin)
         envelope = redis_envelope(call, queue=spec.queue, headers=headers)
@@ -146,7 +154,7 @@ class ToolClient:
             since=time.monotonic(),
             claimed_key=idempotency_key,
         )
-        future = self.listener.expect(call.call_id, watch)
+        future = self.listener.expect(call.call_id, watch, loop=batcher.loop if batcher is not None else None)
         claim = None
         if idempotency_key is not None:
             window = timeout if timeout is not None else self.settings.outcome_ttl
@@ -168,18 +176,24 @@ class ToolClient:
 
     async def call(self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, **options: Any) -> Any:
         """Run a call and return its result, waiting without blocking the event loop."""
-        ends = None if timeout is None else time.monotonic() + timeout
+        loop = asyncio.get_running_loop()
+        batcher = self.batcher()
+        ends = None if timeout is None else loop.time() + timeout
         while True:
-            left = None if ends is None else max(0.0, ends - time.monotonic())
-            call, future = self.start(spec, arguments, timeout=left, batcher=self.batcher(), **options)
+            left = None if ends is None else max(0.0, ends - loop.time())
+            call, future = self.start(spec, arguments, timeout=left, batcher=batcher, **options)
+            # The loop's own timer ends the wait: exact, and no task or thread per call.
+            expiry = None if ends is None else loop.call_at(ends, _expire, future)
             try:
-                outcome = await asyncio.wait_for(asyncio.wrap_future(future), left)
-            except TimeoutError:
+                outcome = await cast("asyncio.Future[CallOutcome]", future)
+            except _DeadlinePassed:
                 raise ToolTimeoutError(spec.name, timeout or 0.0) from None
             finally:
+                if expiry is not None:
+                    expiry.cancel()
                 self.listener.forget(call.call_id)
             if not _joined_an_expired_call(call, outcome):
-                return result_of(spec.name, outcome, timeout=timeout, available=self._available(outcome))
+                return self._result(spec, call, outcome, timeout=timeout)
 
     def call_sync(self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, **options: Any) -> Any:
         """Run a call and return its result, blocking this thread until the deadline."""
@@ -188,13 +202,18 @@ class ToolClient:
             left = None if ends is None else max(0.0, ends - time.monotonic())
             call, future = self.start(spec, arguments, timeout=left, **options)
             try:
-                outcome = future.result(left)
+                outcome = cast("concurrent.futures.Future[CallOutcome]", future).result(left)
             except concurrent.futures.TimeoutError:
                 raise ToolTimeoutError(spec.name, timeout or 0.0) from None
             finally:
                 self.listener.forget(call.call_id)
             if not _joined_an_expired_call(call, outcome):
-                return result_of(spec.name, outcome, timeout=timeout, available=self._available(outcome))
+                return self._result(spec, call, outcome, timeout=timeout)
+
+    def _result(self, spec: ToolSpec, call: CallRequest, outcome: CallOutcome, *, timeout: float | None) -> Any:
+        if call.idempotency_key is not None and should_store(spec, outcome):
+            self.stored.put(call.idempotency_key, outcome)
+        return result_of(spec.name, outcome, timeout=timeout, available=self._available(outcome))
 
     def _available(self, outcome: CallOutcome) -> list[str]:
         # Only read for a worker's "not found" (a worker without a tool the catalog lists).
@@ -209,6 +228,14 @@ class ToolClient:
         self._broker.close()
         if self.redis is not self._broker:
             self.redis.close()
+
+
+class _DeadlinePassed(Exception):
+    pass
+
+
+def _expire(future: Waiter) -> None:
+    settle(future, error=_DeadlinePassed())
 
 
 def _joined_an_expired_call(call: CallRequest, outcome: CallOutcome) -> bool:

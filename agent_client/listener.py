@@ -15,18 +15,19 @@ is re-sent under the same key (at-least-once) or answered with ``WorkerLost``
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import cast
 
 import pydantic
 import redis
 
+from agent_client._futures import Waiter, settle_from_thread
 from agent_client.errors import BrokerUnavailable
 from agent_client.idempotency import release_claim
 from executor import keys
@@ -61,7 +62,7 @@ class Watch:
 
 @dataclass
 class _Waiting:
-    future: Future[CallOutcome]
+    future: Waiter
     watch: Watch | None
 
 
@@ -86,9 +87,15 @@ class ReplyListener:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def expect(self, call_id: str, watch: Watch | None = None) -> Future[CallOutcome]:
-        """Register interest in ``call_id``'s outcome; start the listener if needed."""
-        future: Future[CallOutcome] = Future()
+    def expect(
+        self, call_id: str, watch: Watch | None = None, *, loop: asyncio.AbstractEventLoop | None = None
+    ) -> Waiter:
+        """Register interest in ``call_id``'s outcome; start the listener if needed.
+
+        Returns a future of ``loop`` (call from that loop's thread) or, without a
+        loop, a ``concurrent.futures.Future``.
+        """
+        future: Waiter = loop.create_future() if loop is not None else Future()
         with self._lock:
             self._pending[call_id] = _Waiting(future, watch)
             if self._thread is None or not self._thread.is_alive():
@@ -141,6 +148,7 @@ class ReplyListener:
         client.close()
 
     def _resolve(self, replies: list[bytes]) -> None:
+        settled = []
         for reply in replies:
             call_id, _, body = reply.partition(b"\n")
             with self._lock:
@@ -153,8 +161,8 @@ class ReplyListener:
                 outcome = CallOutcome.failure(
                     call_id.decode(), ErrorKind.EXECUTION, "MalformedReply", f"the worker's reply did not parse: {exc}"
                 )
-            with contextlib.suppress(InvalidStateError):  # the caller gave up meanwhile
-                waiting.future.set_result(outcome)
+            settled.append((waiting.future, outcome, None))
+        settle_from_thread(settled)
 
     def _check_workers(self, client: redis.Redis) -> None:
         now = time.monotonic()
@@ -195,13 +203,10 @@ class ReplyListener:
             lost = CallOutcome.failure(
                 call_id, ErrorKind.WORKER_LOST, "WorkerLost", "the worker running this call stopped beating"
             )
-            with contextlib.suppress(InvalidStateError):
-                waiting.future.set_result(lost)
+            settle_from_thread([(waiting.future, lost, None)])
 
     def _fail_all(self, error: BaseException) -> None:
         with self._lock:
             waiting = list(self._pending.values())
             self._pending.clear()
-        for entry in waiting:
-            with contextlib.suppress(InvalidStateError):
-                entry.future.set_exception(error)
+        settle_from_thread((entry.future, None, error) for entry in waiting)

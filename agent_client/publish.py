@@ -11,13 +11,12 @@ the end of that turn, so a thousand concurrent calls cost one round trip.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 from dataclasses import dataclass
 from typing import Any, cast
 
 import redis
 
+from agent_client._futures import Waiter, settle
 from agent_client.errors import BrokerUnavailable
 from agent_client.idempotency import claim_call, load_claim_script, parse_claim
 from executor.protocol import CallOutcome
@@ -33,7 +32,7 @@ class Send:
     call_id: str
     queue: str
     envelope: str
-    future: concurrent.futures.Future[CallOutcome]
+    future: Waiter
     #: For an idempotent call: (key, claim TTL in ms); None for a plain push.
     claim: tuple[str, int] | None = None
 
@@ -103,29 +102,28 @@ class Publisher:
     def _settle_claim(item: Send, result: Any, plain: dict[str, list[Send]], *, pushed: bool) -> None:
         state, stored = parse_claim(result)
         if state == "stored":
-            with contextlib.suppress(concurrent.futures.InvalidStateError):
-                item.future.set_result(CallOutcome.model_validate_json(stored))
+            settle(item.future, result=CallOutcome.model_validate_json(stored))
         elif state == "claimed" and not pushed:
             plain.setdefault(item.queue, []).append(item)
 
 
 def _fail(item: Send, exc: Exception) -> None:
-    with contextlib.suppress(concurrent.futures.InvalidStateError):
-        item.future.set_exception(BrokerUnavailable(f"cannot send the call to {item.tool!r}: {exc}", tool=item.tool))
+    # A batch is sent on its callers' loop (or, sync, on the caller's thread).
+    settle(item.future, error=BrokerUnavailable(f"cannot send the call to {item.tool!r}: {exc}", tool=item.tool))
 
 
 class LoopBatcher:
     """Collects the sends of one event-loop turn and flushes them at its end."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, publisher: Publisher) -> None:
-        self._loop = loop
+        self.loop = loop
         self._publisher = publisher
         self._pending: list[Send] = []
 
     def add(self, item: Send) -> None:
         """Queue ``item``; the batch goes out once the current loop turn's work is done."""
         if not self._pending:
-            self._loop.call_soon(self._flush)
+            self.loop.call_soon(self._flush)
         self._pending.append(item)
 
     def _flush(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 from billiard.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.backends.base import DisabledBackend
 
-from executor.protocol import CallOutcome, CallRequest, ErrorKind
+from executor.protocol import CallOutcome, CallRequest, ErrorKind, should_store
 from executor.settings import Settings
 
 __all__ = ["ReplyBackend"]
@@ -51,7 +51,6 @@ class ReplyBackend(DisabledBackend):  # type: ignore[misc]
 
     def _report(self, task_id: str, request: Any, kind: ErrorKind, type_name: str, message: str) -> None:
         # Imported here: the task module imports this one.
-        from executor.idempotency import should_store
         from executor.registry import get_tool
         from executor.task import finish
 

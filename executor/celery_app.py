@@ -81,6 +81,8 @@ def create_app(settings: Settings | None = None) -> Celery:
         task_default_queue="default",
         task_queues=[Queue(name, routing_key=name) for name in queues],
         worker_prefetch_multiplier=1,
+        # toolexec sets no rate limits: skip Celery's per-message bucket bookkeeping.
+        worker_disable_rate_limits=True,
         worker_hijack_root_logger=False,
     )
     app.toolexec_settings = settings

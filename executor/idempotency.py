@@ -27,9 +27,9 @@ from redis.commands.core import Script
 
 from executor import keys
 from executor.identity import parse_holder, worker_id
-from executor.protocol import CallOutcome, CallRequest, ErrorKind, ToolSpec
+from executor.protocol import CallRequest, should_store
 
-__all__ = ["begin", "complete", "frame", "release", "should_store"]
+__all__ = ["begin", "complete", "frame", "release"]
 
 _BEGIN = """
 local stored = redis.call('GET', KEYS[1])
@@ -83,15 +83,6 @@ def frame(call_id: str, encoded_outcome: str) -> str:
     return f"{call_id}\n{encoded_outcome}"
 
 
-def should_store(spec: ToolSpec | None, outcome: CallOutcome) -> bool:
-    """Whether an idempotent call's outcome is kept for repeats."""
-    if outcome.ok:
-        return True
-    if spec is None or outcome.error is None:
-        return False
-    return spec.cache_errors and outcome.error.kind in (ErrorKind.EXECUTION, ErrorKind.HARD_TIMEOUT)
-
-
 def _running_key(call: CallRequest) -> str:
     return keys.running(call.idempotency_key or call.call_id)
 
@@ -127,13 +118,14 @@ def complete(
 ) -> None:
     """Deliver ``encoded`` to the caller (and to every joiner of an idempotent call)."""
     if call.idempotency_key is None:
-        pipe = client.pipeline(transaction=False)
+        # A plain call's holder record (if a heartbeat wrote one) is left to its short
+        # TTL: only a caller still waiting reads it, and this one is answered now.
         if call.reply_to:
             reply = keys.reply(call.reply_to)
+            pipe = client.pipeline(transaction=False)
             pipe.rpush(reply, frame(call.call_id, encoded))
             pipe.expire(reply, reply_ttl)
-        pipe.delete(_running_key(call))
-        pipe.execute()
+            pipe.execute()
         return
     key = call.idempotency_key
     claimant = f"{call.reply_to} {call.call_id}" if call.reply_to else ""

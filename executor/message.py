@@ -8,9 +8,10 @@ paying for ``apply_async`` on every call.
 from __future__ import annotations
 
 import base64
-import json
 from datetime import UTC, datetime
 from typing import Any
+
+from pydantic_core import to_json
 
 from executor.protocol import CallRequest
 
@@ -48,10 +49,11 @@ def task_headers(
 
 def redis_envelope(call: CallRequest, *, queue: str, headers: dict[str, Any]) -> str:
     """The JSON kombu's Redis transport stores in a queue's list for ``call``."""
-    body = json.dumps([[], call.model_dump(mode="json"), _EMBED], separators=(",", ":"))
-    return json.dumps(
+    # pydantic_core's encoder: the same compact JSON as json.dumps, several times faster.
+    body = to_json([[], call.model_dump(mode="json"), _EMBED])
+    return to_json(
         {
-            "body": base64.b64encode(body.encode()).decode(),
+            "body": base64.b64encode(body).decode(),
             "content-encoding": "utf-8",
             "content-type": "application/json",
             "headers": headers,
@@ -65,5 +67,4 @@ def redis_envelope(call: CallRequest, *, queue: str, headers: dict[str, Any]) ->
                 "delivery_tag": call.call_id,
             },
         },
-        separators=(",", ":"),
-    )
+    ).decode()

@@ -24,6 +24,7 @@ __all__ = [
     "ErrorKind",
     "ToolSpec",
     "WorkerInfo",
+    "should_store",
     "task_name_for",
 ]
 
@@ -143,3 +144,16 @@ class CallOutcome(_Wire):
     def for_call(self, call_id: str) -> CallOutcome:
         """The same outcome addressed to another call (a joiner of an idempotent call)."""
         return self.model_copy(update={"call_id": call_id})
+
+
+def should_store(spec: ToolSpec | None, outcome: CallOutcome) -> bool:
+    """Whether an idempotent call's outcome is kept for repeats of the call.
+
+    Successes always are; execution errors (and hard timeouts) only with
+    ``cache_errors``; validation errors, expiries and lost workers never are.
+    """
+    if outcome.ok:
+        return True
+    if spec is None or outcome.error is None:
+        return False
+    return spec.cache_errors and outcome.error.kind in (ErrorKind.EXECUTION, ErrorKind.HARD_TIMEOUT)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -132,7 +135,7 @@ def test_remote_tools_is_one_provider_for_the_whole_catalogue(client: ToolClient
 def expected_output(example: Path) -> str:
     doc = ast.get_docstring(ast.parse(example.read_text())) or ""
     block = doc.split("::", 1)[1]
-    lines = [line[4:] if line.startswith("    ") else line for line in block.strip("\n").splitlines()]
+    lines = [line.removeprefix("    ") for line in block.strip("\n").splitlines()]
     return "\n".join(lines).strip()
 
 
@@ -185,3 +188,28 @@ def test_the_demo_runs_on_its_own_and_stops_what_it_started() -> None:
         if line.startswith("started worker"):
             pid = int(line.split("(pid ")[1].split(")")[0])
             assert not Path(f"/proc/{pid}").exists(), f"worker {pid} left running"
+
+
+def test_run_sync_works_inside_a_running_event_loop(client: ToolClient) -> None:
+    search = remote_tool("search")
+
+    async def agent_step() -> list[dict[str, object]]:
+        # A sync tool call made from async code (as some frameworks do) still returns.
+        return cast(list[dict[str, object]], search.run_sync(query="red-headed league", limit=1))
+
+    hits = asyncio.run(agent_step())
+    assert hits[0]["source"] == "the-red-headed-league.txt"
+
+
+def test_async_and_sync_calls_share_one_listener_thread(client: ToolClient) -> None:
+    search = remote_tool("search")
+    before = {t.name for t in threading.enumerate()}
+
+    async def both() -> None:
+        await asyncio.gather(*(search.run(query="fox") for _ in range(20)))
+        search.run_sync(query="grapes")
+
+    asyncio.run(both())
+    listeners = [t for t in threading.enumerate() if t.name == "toolexec-replies"]
+    assert len(listeners) == 1
+    assert {t.name for t in threading.enumerate()} - before <= {"toolexec-replies"}

@@ -25,6 +25,7 @@ import pytest
 import redis
 
 from agent_client import (
+    RemoteTool,
     ToolArgumentsInvalid,
     ToolClient,
     ToolExecutionError,
@@ -615,7 +616,7 @@ def test_a_killed_worker_reports_worker_lost_for_an_at_most_once_call_within_sec
 # -- Redis restart ----------------------------------------------------------------------
 
 
-def test_stored_outcomes_do_not_survive_a_restart_of_a_redis_without_persistence(
+def test_after_a_restart_of_a_redis_without_persistence_only_the_process_that_saw_an_outcome_keeps_it(
     idem_env: dict[str, str], tmp_path: Path
 ) -> None:
     # Its own server and worker: the session's server stays up for the other tests.
@@ -633,12 +634,21 @@ def test_stored_outcomes_do_not_survive_a_restart_of_a_redis_without_persistence
             own = configure(Settings.from_env(env))
             try:
                 count = remote_tool("idem_count", timeout=10)
-                with run_scope():
+                with run_scope() as run_id:
                     first = count(counter=f"{_PREFIX}restart")
                     assert count(counter=f"{_PREFIX}restart") == first
                     server.restart()
                     assert wait_until(lambda: _serves(server, "idem_count"), timeout=20)
-                    again = count(counter=f"{_PREFIX}restart")
+                    # This process saw the outcome stored, and remembers it.
+                    assert count(counter=f"{_PREFIX}restart") == first
+                # Another process finds nothing in Redis: it runs the call again.
+                other = ToolClient(Settings.from_env(env))
+                try:
+                    again = RemoteTool(count.spec, timeout=10, client=other).invoke_sync(
+                        {"counter": f"{_PREFIX}restart"}, run_id=run_id
+                    )
+                finally:
+                    other.close()
             finally:
                 own.close()
     assert again["token"] != first["token"], "the outcome was kept across the restart"
