@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Coroutine, Iterator, Sequence
@@ -27,10 +28,16 @@ from celery import Celery
 import agent_client
 from agent_client import RemoteTool, ToolClient, remote_tool
 from bench import names, raw_celery
-from bench.procs import ChildProcess, celery_worker_argv
 from bench.redis_rpc import RpcClient, RpcTimeout
 from bench.sizes import Sizes
-from executor.launch import Pool, ProcessStartFailed, RedisServer, WorkerProcess
+from executor.launch import (
+    ChildProcess,
+    Pool,
+    ProcessStartFailed,
+    RedisServer,
+    WorkerProcess,
+    celery_worker_argv,
+)
 from executor.settings import Settings
 
 __all__ = ["PROJECT_ROOT", "Bench", "Options"]
@@ -124,7 +131,7 @@ class Bench:
         argv = celery_worker_argv(
             "bench.raw_celery", name=name, pool=pool, concurrency=concurrency, queues=[queue]
         )
-        worker = ChildProcess(name, argv, env=self.env, cwd=PROJECT_ROOT, log_dir=self.logs)
+        worker = ChildProcess(name, argv, env={**os.environ, **self.env}, cwd=PROJECT_ROOT, log_dir=self.logs)
         try:
             worker.start()
             deadline = time.monotonic() + _READY_TIMEOUT
@@ -142,7 +149,7 @@ class Bench:
     @contextlib.contextmanager
     def _rpc_server(self) -> Iterator[ChildProcess]:
         argv = [sys.executable, "-m", "bench.redis_rpc", self.url]
-        server = ChildProcess("rpc-server", argv, env=self.env, cwd=PROJECT_ROOT, log_dir=self.logs)
+        server = ChildProcess("rpc-server", argv, env={**os.environ, **self.env}, cwd=PROJECT_ROOT, log_dir=self.logs)
         try:
             server.start()
             deadline = time.monotonic() + _READY_TIMEOUT

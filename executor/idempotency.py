@@ -27,7 +27,7 @@ from redis.commands.core import Script
 
 from executor import keys
 from executor.identity import parse_holder, worker_id
-from executor.protocol import CallRequest, should_store
+from executor.protocol import CallRequest
 
 __all__ = ["begin", "complete", "frame", "release"]
 

@@ -42,12 +42,14 @@ from executor.protocol import WorkerInfo
 from executor.settings import Settings
 
 __all__ = [
+    "ChildProcess",
     "LaunchError",
     "Pool",
     "ProcessStartFailed",
     "RedisServer",
     "ServerBinaryNotFound",
     "WorkerProcess",
+    "celery_worker_argv",
     "find_redis_server",
     "free_port",
 ]
@@ -221,6 +223,55 @@ class _Process:
         self.close()
 
 
+class ChildProcess(_Process):
+    """Any other command run the same way: own process group, log file, stopped by PID.
+
+    Args:
+        name: Names the log file (``NAME.log``) and the process in errors.
+        argv: The command line.
+        env: The child's whole environment.
+        cwd: Its working directory.
+        log_dir: Where its output goes; a temporary one when omitted.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        log_dir: str | Path | None = None,
+    ) -> None:
+        super().__init__(log_dir)
+        self._log_name = f"{name}.log"
+        self.name = name
+        self.argv = list(argv)
+        self.env = dict(env) if env is not None else None
+        self.cwd = Path(cwd) if cwd is not None else None
+
+    def start(self) -> Self:
+        """Start the process; returns at once (no-op if it runs)."""
+        if not self.is_running:
+            self._spawn(self.argv, self.env, self.cwd)
+        return self
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+
+def celery_worker_argv(
+    app: str, *, name: str, pool: Pool, concurrency: int, queues: Sequence[str], loglevel: str = "WARNING"
+) -> list[str]:
+    """The ``celery worker`` command line toolexec's launchers use, for Celery app ``app``."""
+    return [
+        sys.executable, "-m", "celery", "-A", app, "worker",
+        "-P", pool, "-c", str(concurrency), "-Q", ",".join(queues),
+        "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
+        "--without-heartbeat", "-l", loglevel,
+    ]  # fmt: skip
+
+
 class RedisServer(_Process):
     """A private Redis-compatible server on 127.0.0.1, without persistence.
 
@@ -345,12 +396,10 @@ class WorkerProcess(_Process):
 
     def argv(self) -> list[str]:
         """The command line that runs the worker."""
-        return [
-            sys.executable, "-m", "celery", "-A", "executor", "worker",
-            "-P", self.pool, "-c", str(self.concurrency), "-Q", ",".join(self.queues),
-            "-n", f"{self.name}@%h", "--without-gossip", "--without-mingle",
-            "--without-heartbeat", "-l", self.loglevel,
-        ]  # fmt: skip
+        return celery_worker_argv(
+            "executor", name=self.name, pool=self.pool, concurrency=self.concurrency,
+            queues=self.queues, loglevel=self.loglevel,
+        )  # fmt: skip
 
     def start(self, wait: bool = True, timeout: float = 30.0) -> Self:
         """Start the worker; with ``wait``, return once its heartbeat is in Redis.

@@ -20,7 +20,13 @@ from celery.worker.request import Request
 
 from executor.idempotency import begin, complete, release
 from executor.identity import holder, worker_id
-from executor.protocol import TASK_AT_LEAST_ONCE, TASK_AT_MOST_ONCE, CallOutcome, CallRequest, should_store
+from executor.protocol import (
+    TASK_AT_LEAST_ONCE,
+    TASK_AT_MOST_ONCE,
+    CallOutcome,
+    CallRequest,
+    should_store,
+)
 from executor.registry import get_tool
 from executor.reply import redis_client
 from executor.runner import encode_outcome, execute
