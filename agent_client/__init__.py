@@ -16,34 +16,40 @@ from agent_client.errors import (
     ToolArgumentsInvalid,
     ToolExecutionError,
     ToolNotFound,
+    ToolOutcomeUnknown,
     ToolTimeoutError,
     WorkerLost,
 )
+from agent_client.progress import ProgressEvent, ToolResult
 from agent_client.remote import RemoteTool, RemoteToolset, remote_tool, remote_tools
 from agent_client.scope import current_run_id, run_scope
 
 __all__ = [
-    # Deadlines
-    "NOT_SET",
-    "BrokerUnavailable",
-    "NotSet",
-    "RemoteTool",
-    # Errors
-    "RemoteToolError",
-    "RemoteToolset",
-    "ToolArgumentsInvalid",
-    # The process's client
-    "ToolClient",
-    "ToolExecutionError",
-    "ToolNotFound",
-    "ToolTimeoutError",
-    "WorkerLost",
-    "configure",
-    "current_run_id",
-    "get_client",
     # Proxies
     "remote_tool",
     "remote_tools",
+    "RemoteTool",
+    "RemoteToolset",
     # Runs
     "run_scope",
+    "current_run_id",
+    # Deadlines
+    "NOT_SET",
+    "NotSet",
+    # Progress
+    "ProgressEvent",
+    "ToolResult",
+    # The process's client
+    "ToolClient",
+    "configure",
+    "get_client",
+    # Errors
+    "RemoteToolError",
+    "ToolNotFound",
+    "ToolArgumentsInvalid",
+    "ToolExecutionError",
+    "ToolTimeoutError",
+    "WorkerLost",
+    "ToolOutcomeUnknown",
+    "BrokerUnavailable",
 ]

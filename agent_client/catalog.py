@@ -1,109 +1,351 @@
 """Read the tool catalog and which workers are alive.
 
 The view is cached for a fraction of the heartbeat interval, so a call costs no extra
-round trip while a dead worker's tools still disappear within about one interval.
+round trip while a dead worker's tools still disappear within about one interval. It
+is read on the client's I/O thread (:mod:`agent_client.io`): a call never waits for it
+(a stale view is refreshed in the background while the call goes on with the spec it
+has), and :meth:`Catalog.spec`, which builds proxies, waits at most a bounded time;
+a caller on an event loop awaits the same read (:meth:`Catalog.spec_async`) instead.
+The offset to the shared clock (:mod:`agent_client.clock`) is measured beside the reads,
+on the same loop, when it is due.
+
+A tool is *known* once a worker has published its spec, and *served* while a live
+worker consumes its queue. Calls to a known tool are sent even when nothing serves it
+at the moment: the message waits in its queue for a worker, within the call's deadline.
+
+The reads also tell which workers went: one seen beating in a read and gone in a later
+one, not back since. The watchdog asks (:meth:`Catalog.worker_gone`) before it calls a
+vanished call's worker lost.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import logging
+import math
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import pydantic
-import redis
 
+from agent_client.clock import ClockMeter
 from agent_client.errors import BrokerUnavailable, ToolNotFound
-from executor import keys
-from executor.protocol import ToolSpec, WorkerInfo
+from agent_client.io import IOThread, NotSent, Refused, Unknown
+from wire import keys
+from wire.clock import SharedClock
+from wire.models import ToolSpec, WorkerInfo
+from wire.redis_errors import explain, tls_refusal
 
 __all__ = ["Catalog"]
 
+logger = logging.getLogger(__name__)
+
+#: Seconds one read of the catalog may take.
+READ_TIMEOUT = 2.0
+#: Seconds between reads while :meth:`Catalog.spec` waits for a tool.
+_POLL = 0.1
+#: Seconds a failed background read holds back the next one.
+_RETRY_AFTER = 0.25
+#: Seconds a worker that went is remembered.
+_GONE_MEMORY = 600.0
+
+
+@dataclass(frozen=True)
+class _View:
+    specs: dict[str, ToolSpec] = field(default_factory=dict)
+    served: dict[str, frozenset[str]] = field(default_factory=dict)
+    read_at: float = -math.inf
+    workers: dict[str, frozenset[str]] = field(default_factory=dict)  # live worker id -> queues
+
+    def served_spec(self, name: str) -> ToolSpec | None:
+        spec = self.specs.get(name)
+        return spec if spec is not None and spec.queue in self.served.get(name, frozenset()) else None
+
+
+class _ReadFailed(Exception):
+    pass
+
 
 class Catalog:
-    """A cached view of the specs in the catalog and the live workers serving them."""
+    """A cached view of the specs in the catalog and the live workers serving them.
 
-    def __init__(self, client: redis.Redis, *, max_age: float) -> None:
-        self._client = client
+    Args:
+        io: The client's I/O thread, which reads Redis.
+        url: The Redis of the catalog and the heartbeats.
+        max_age: Seconds a view is used before it is read again.
+        clock: The process's shared clock, measured beside the reads when it is due.
+    """
+
+    def __init__(self, io: IOThread, url: str, *, max_age: float, clock: SharedClock | None = None) -> None:
+        self._io = io
+        self._url = url
         self._max_age = max_age
-        self._lock = threading.Lock()
-        self._read_at = -float("inf")
-        self._specs: dict[str, ToolSpec] = {}
-        self._served: dict[str, frozenset[str]] = {}
+        self._meter = ClockMeter(io, url, clock) if clock is not None else None
+        self._view = _View()
+        self._reading: asyncio.Task[None] | None = None
+        self._kicked = False
+        self._failed_at = -math.inf
+        self._gone: dict[str, tuple[frozenset[str], float]] = {}  # worker id -> (queues, first seen gone)
 
-    def spec(self, name: str) -> ToolSpec:
-        """The spec of a tool that some live worker serves.
+    # -- the cached view: no I/O ---------------------------------------------------------
+
+    def known(self, name: str) -> ToolSpec | None:
+        """The spec of ``name`` as last read, served or not; a stale view is read again
+        in the background. Never waits."""
+        view = self._view
+        if self._stale(view):
+            self._kick()
+        return view.specs.get(name)
+
+    def invalidate(self) -> None:
+        """Forget the cached view's age; the next look-up reads Redis."""
+        view = self._view
+        self._view = _View(view.specs, view.served, workers=view.workers)
+
+    async def worker_gone(self, queue: str, since: float) -> bool:
+        """Whether a worker of ``queue`` stopped beating at or after ``since`` and is still gone.
+
+        Reads the catalog first (call on the I/O loop); ``since`` is ``time.monotonic()``.
+        A worker counts only if this client saw it beating before; a heartbeat that
+        lapsed and came back (a Redis restart) does not count.
+        """
+        try:
+            await self._read()
+        except Exception as exc:  # noqa: BLE001 - answered from what the last read saw
+            logger.debug("could not read the catalog to look for a lost worker: %s", type(exc).__name__)
+        return any(queue in queues and gone_at >= since for queues, gone_at in self._gone.values())
+
+    # -- reads that wait (bounded) ---------------------------------------------------------
+
+    def spec(self, name: str, *, wait: float | None = None) -> ToolSpec:
+        """The spec of a tool that some live worker serves, read now if the view is stale.
+
+        Args:
+            name: The tool's name.
+            wait: Seconds to wait for a live worker to serve it (an agent that starts
+                before its workers); by default it must be served now.
 
         Raises:
             ToolNotFound: No live worker serves ``name``; the message lists what exists.
             BrokerUnavailable: Redis cannot be reached.
         """
-        self._refresh_if_stale()
-        spec = self._specs.get(name)
-        if spec is None or spec.queue not in self._served.get(name, frozenset()):
-            self._refresh_if_stale(force=True)
-            spec = self._specs.get(name)
-        if spec is None:
-            raise ToolNotFound(name, self.available(), reason="no worker has published it")
-        if spec.queue not in self._served.get(name, frozenset()):
-            raise ToolNotFound(name, self.available(), reason=f"no live worker serves it on queue {spec.queue!r}")
-        return spec
+        ends = time.monotonic() + (wait or 0.0)
+        while True:
+            error: BrokerUnavailable | None = None
+            try:
+                read = self._stale(self._view)
+                if read:
+                    self._refresh(ends)
+                found = self._view.served_spec(name)
+                if found is None and not read:
+                    self._refresh(ends)
+                    found = self._view.served_spec(name)
+                if found is not None:
+                    return found
+            except BrokerUnavailable as exc:
+                error = exc
+            left = ends - time.monotonic()
+            if left <= 0:
+                if error is not None:
+                    raise error
+                raise self._not_found(name)
+            time.sleep(min(_POLL, left))
 
-    def specs(self, queues: frozenset[str] | None = None) -> list[ToolSpec]:
-        """Specs of every tool a live worker serves, by name, optionally only on ``queues``."""
-        self._refresh_if_stale()
+    def specs(self, queues: frozenset[str] | None = None, *, wait: float | None = None) -> list[ToolSpec]:
+        """Specs of every tool a live worker serves, by name, optionally only on ``queues``.
+
+        Args:
+            queues: Only tools on these queues.
+            wait: Seconds to wait for a live worker to serve at least one such tool (an
+                agent that starts before its workers); by default the view as it is now.
+
+        Raises:
+            BrokerUnavailable: Redis cannot be reached (still, after ``wait``).
+        """
+        ends = time.monotonic() + (wait or 0.0)
+        while True:
+            error: BrokerUnavailable | None = None
+            try:
+                if self._stale(self._view) or wait is not None:
+                    self._refresh(ends)
+                found = self._served(queues)
+                if found or wait is None:
+                    return found
+            except BrokerUnavailable as exc:
+                error = exc
+            left = ends - time.monotonic()
+            if left <= 0:
+                if error is not None:
+                    raise error
+                return []
+            time.sleep(min(_POLL, left))
+
+    def _served(self, queues: frozenset[str] | None) -> list[ToolSpec]:
+        view = self._view
         return [
             spec
-            for name, spec in sorted(self._specs.items())
-            if spec.queue in self._served.get(name, frozenset()) and (queues is None or spec.queue in queues)
+            for name, spec in sorted(view.specs.items())
+            if spec.queue in view.served.get(name, frozenset()) and (queues is None or spec.queue in queues)
         ]
 
-    def available(self) -> list[str]:
-        """Names of the tools a live worker serves."""
+    def available(self, *, read: bool = True) -> list[str]:
+        """Names of the tools a live worker serves; with ``read=False``, from the view as is."""
+        if not read:
+            view = self._view
+            return sorted(name for name in view.specs if view.served_spec(name) is not None)
         return [spec.name for spec in self.specs()]
 
-    def invalidate(self) -> None:
-        """Forget the cached view; the next look-up reads Redis."""
-        self._read_at = -float("inf")
+    # -- the same reads, awaited: for a caller on an event loop --------------------------
 
-    def _refresh_if_stale(self, *, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._read_at < self._max_age:
+    async def spec_async(self, name: str, *, timeout: float = READ_TIMEOUT) -> ToolSpec:
+        """:meth:`spec` (without ``wait``) for a caller on an event loop: the read is awaited.
+
+        Args:
+            name: The tool's name.
+            timeout: Seconds a read of Redis may take.
+
+        Raises:
+            ToolNotFound: No live worker serves ``name``.
+            BrokerUnavailable: Redis cannot be read within ``timeout``.
+        """
+        read = self._stale(self._view)
+        if read:
+            await self._refresh_async(timeout)
+        found = self._view.served_spec(name)
+        if found is None and not read:
+            await self._refresh_async(timeout)
+            found = self._view.served_spec(name)
+        if found is None:
+            raise self._not_found(name)
+        return found
+
+    async def specs_async(
+        self, queues: frozenset[str] | None = None, *, timeout: float = READ_TIMEOUT
+    ) -> list[ToolSpec]:
+        """:meth:`specs` for a caller on an event loop: the read is awaited."""
+        if self._stale(self._view):
+            await self._refresh_async(timeout)
+        return self._served(queues)
+
+    async def _refresh_async(self, timeout: float) -> None:
+        try:
+            await self._io.run_async(self._read, timeout=timeout)
+        except TimeoutError:
+            raise BrokerUnavailable(f"cannot read the tool catalog from Redis within {timeout:g}s") from None
+        except _ReadFailed as exc:
+            raise BrokerUnavailable(f"cannot read the tool catalog from Redis: {exc}") from None
+
+    def _not_found(self, name: str) -> ToolNotFound:
+        spec = self._view.specs.get(name)
+        if spec is None:
+            return ToolNotFound(name, self.available(read=False), reason="no worker has published it")
+        return ToolNotFound(
+            name, self.available(read=False), reason=f"no live worker serves it on queue {spec.queue!r}"
+        )
+
+    def _refresh(self, ends: float) -> None:
+        timeout = max(READ_TIMEOUT, ends - time.monotonic())
+        try:
+            self._io.run(self._read, timeout=timeout)
+        except TimeoutError:
+            raise BrokerUnavailable(f"cannot read the tool catalog from Redis within {timeout:g}s") from None
+        except _ReadFailed as exc:
+            # A dropped TLS connection may be the server refusing this client's certificate.
+            reason = tls_refusal(self._url, str(exc)) or exc
+            raise BrokerUnavailable(f"cannot read the tool catalog from Redis: {reason}") from None
+
+    # -- reading, on the I/O thread --------------------------------------------------------
+
+    def _stale(self, view: _View) -> bool:
+        return time.monotonic() - view.read_at >= self._max_age
+
+    def _kick(self) -> None:
+        # One background read at a time, and none right after a failed one.
+        if self._kicked or time.monotonic() - self._failed_at < _RETRY_AFTER:
             return
-        with self._lock:
-            if not force and now - self._read_at < self._max_age:
-                return
-            try:
-                self._read()
-            except redis.RedisError as exc:
-                raise BrokerUnavailable(f"cannot read the tool catalog from Redis: {exc}") from exc
-            self._read_at = time.monotonic()
+        self._kicked = True
+        self._io.call_soon(self._read_in_background)
 
-    def _read(self) -> None:
-        pipe = self._client.pipeline(transaction=False)
-        pipe.hgetall(keys.CATALOG)
-        pipe.smembers(keys.WORKERS)
-        raw_specs, worker_ids = pipe.execute()
-        ids = sorted(w.decode() if isinstance(w, bytes) else w for w in worker_ids)
-        beats = self._client.mget([keys.worker(w) for w in ids]) if ids else []
-        dead = [w for w, beat in zip(ids, beats, strict=True) if beat is None]
-        if dead:
-            self._client.srem(keys.WORKERS, *dead)
-        served: dict[str, set[str]] = {}
-        for beat in beats:
-            if beat is None:
-                continue
-            try:
-                info = WorkerInfo.model_validate_json(beat)
-            except pydantic.ValidationError:
-                continue
-            for tool in info.tools:
-                served.setdefault(tool, set()).update(info.queues)
-        specs: dict[str, ToolSpec] = {}
-        for raw in raw_specs.values():
-            try:
-                spec = ToolSpec.model_validate_json(raw)
-            except pydantic.ValidationError:
-                continue
-            specs[spec.name] = spec
-        self._specs = specs
-        self._served = {name: frozenset(queues) for name, queues in served.items()}
+    def _read_in_background(self) -> None:
+        task = self._start_reading()
+
+        def done(finished: asyncio.Task[None]) -> None:
+            self._kicked = False
+            if finished.cancelled() or finished.exception() is not None:
+                self._failed_at = time.monotonic()
+
+        task.add_done_callback(done)
+
+    def _start_reading(self) -> asyncio.Task[None]:
+        task = self._reading
+        if task is None or task.done():
+            task = self._reading = asyncio.get_running_loop().create_task(self._read_once())
+        return task
+
+    async def _read(self) -> None:
+        # Shielded: a caller that stops waiting does not cut the read short for the others.
+        await asyncio.shield(self._start_reading())
+        measuring = self._meter.kick() if self._meter is not None else None
+        if measuring is not None:
+            # A proxy's first call then already runs on the shared clock (bounded: a
+            # few TIME round trips of ROUND_TRIP_TIMEOUT each).
+            await asyncio.shield(measuring)
+
+    async def _read_once(self) -> None:
+        if self._meter is not None:
+            self._meter.kick()  # beside the read, whatever becomes of it
+        link = self._io.link(self._url, "read")
+        try:
+            first = await link.execute([("HGETALL", keys.CATALOG), ("SMEMBERS", keys.WORKERS)], timeout=READ_TIMEOUT)
+            raw_specs, worker_ids = (_ok(reply) for reply in first)
+            ids = sorted(w.decode() if isinstance(w, bytes) else str(w) for w in worker_ids)
+            beats: list[Any] = []
+            if ids:
+                beats = _ok((await link.execute([("MGET", *(keys.worker(w) for w in ids))], timeout=READ_TIMEOUT))[0])
+            dead = [w for w, beat in zip(ids, beats, strict=True) if beat is None]
+            if dead:
+                await link.execute([("SREM", keys.WORKERS, *dead)], timeout=READ_TIMEOUT)
+        except NotSent as exc:
+            raise _ReadFailed(explain(exc.__cause__ or exc)) from None
+        self._note_departures(_parse(raw_specs, beats))
+
+    def _note_departures(self, view: _View) -> None:
+        for worker_id, queues in self._view.workers.items():
+            if worker_id not in view.workers:
+                self._gone.setdefault(worker_id, (queues, view.read_at))
+        for worker_id in view.workers:
+            self._gone.pop(worker_id, None)  # beating again: a lapse, not a death
+        forget = view.read_at - _GONE_MEMORY
+        self._gone = {w: gone for w, gone in self._gone.items() if gone[1] >= forget}
+        self._view = view
+
+
+def _ok(reply: Any) -> Any:
+    if isinstance(reply, Refused | Unknown):
+        raise _ReadFailed(explain(reply.error))
+    return reply
+
+
+def _parse(raw_specs: dict[bytes, bytes] | list[bytes], beats: list[Any]) -> _View:
+    served: dict[str, set[str]] = {}
+    workers: dict[str, frozenset[str]] = {}
+    for beat in beats:
+        if beat is None:
+            continue
+        try:
+            info = WorkerInfo.model_validate_json(beat)
+        except pydantic.ValidationError:
+            continue
+        workers[info.worker_id] = frozenset(info.queues)
+        for tool in info.tools:
+            served.setdefault(tool, set()).update(info.queues)
+    specs: dict[str, ToolSpec] = {}
+    # HGETALL: a map in RESP3, a flat list (name, spec, name, spec, ...) in RESP2.
+    for raw in raw_specs.values() if isinstance(raw_specs, dict) else raw_specs[1::2]:
+        try:
+            spec = ToolSpec.model_validate_json(raw)
+        except pydantic.ValidationError:
+            continue
+        specs[spec.name] = spec
+    return _View(specs, {name: frozenset(queues) for name, queues in served.items()}, time.monotonic(), workers)

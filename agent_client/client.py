@@ -1,9 +1,16 @@
-"""The process's connection to toolexec: dispatch a call, wait for its outcome.
+"""The process's connection to toolexec: send calls, wait for their outcomes.
 
-One :class:`ToolClient` per process (:func:`get_client`) holds the Redis connection
-pool, the catalog view and the reply listener. ``call`` (async) and ``call_sync`` share
-one path: validate, build the message, publish it, then wait on a future with the
-caller's own deadline.
+One :class:`ToolClient` per process (:func:`get_client`) holds the catalog view, the
+reply router, the lost-call watchdog and the publisher, all driven by one background
+thread (:mod:`agent_client.io`) that does every Redis round trip. A call is prepared
+(:mod:`agent_client.prepare`), sent (:mod:`agent_client.send`) and waited for
+(:mod:`agent_client.wait`); ``call`` (async) and ``call_sync`` drive the same attempts
+loop, :meth:`ToolClient.attempts`. The caller itself never waits on a socket, so only
+its deadline ends its wait, whatever Redis does.
+
+A client survives ``fork()``: in the child it takes a new client id (so a new reply
+list), a new background thread and new connections, and forgets the parent's waiting
+calls, while the parent keeps its own. Proxies made before the fork keep working in both.
 """
 
 from __future__ import annotations
@@ -11,95 +18,156 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import os
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable
-from typing import Any, cast
-
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from agent_client._futures import Waiter, settle
+from agent_client.brokers import AMQP_SCHEMES, REDIS_SCHEMES
+from agent_client.callstate import CallState
 from agent_client.catalog import Catalog
+from agent_client.deadline import time_left
 from agent_client.errors import (
+    BrokerUnavailable,
     RemoteToolError,
     ToolArgumentsInvalid,
     ToolExecutionError,
     ToolNotFound,
+    ToolOutcomeUnknown,
     ToolTimeoutError,
     WorkerLost,
 )
-from agent_client.idempotency import idempotency_key as key_for
-from agent_client.listener import ReplyListener, Watch
-from agent_client.publish import LoopBatcher, Publisher, Send
+from agent_client.io import IOThread
+from agent_client.prepare import PreparedCall, prepare_call
+from agent_client.progress import ProgressSink
+from agent_client.replies import ReplyRouter
 from agent_client.scope import current_run_id
+from agent_client.send import LoopBatcher, Publisher, Send
 from agent_client.stored import StoredOutcomes
 from agent_client.validation import ArgumentValidator
-from executor import keys
-from executor.message import redis_envelope, task_headers
-from executor.protocol import CallOutcome, CallRequest, ErrorKind, ToolSpec, should_store, task_name_for
-from executor.settings import Settings
+from agent_client.wait import Attempts, drive_async, drive_sync
+from agent_client.watchdog import Watchdog
+from wire import clock as wire_clock
+from wire import keys
+from wire.models import CallOutcome, ErrorKind, ToolSpec, should_store
+from wire.settings import Settings
 
-__all__ = ["ToolClient", "configure", "get_client"]
+__all__ = ["ToolClient", "configure", "get_client", "result_of"]
 
-#: Celery's hard limit sits this far above a tool's own, so the tool's limit fires
-#: first and Celery's only reclaims a prefork child stuck in a thread that won't stop.
-_CELERY_LIMIT_MARGIN = 1.0
+logger = logging.getLogger(__name__)
 
+_BROKER_SCHEMES = (*REDIS_SCHEMES, *AMQP_SCHEMES)
 
 class ToolClient:
     """Dispatches calls to workers and waits for their outcomes."""
 
     def __init__(self, settings: Settings) -> None:
-        if not settings.broker_url.startswith(("redis://", "rediss://", "unix://")):
+        if not settings.broker_url.startswith(_BROKER_SCHEMES):
             raise ValueError(
-                f"toolexec's client publishes to a Redis broker; TOOLEXEC_BROKER_URL is "
+                f"toolexec's client publishes to a Redis or RabbitMQ (amqp://) broker; TOOLEXEC_BROKER_URL is "
                 f"{settings.broker_url.split('://')[0]}://..."
             )
         self.settings = settings
+        self.stored = StoredOutcomes(ttl=settings.outcome_ttl)
+        self._validators: dict[str, tuple[ToolSpec, ArgumentValidator]] = {}
+        self._numbers = itertools.count(1)
+        self._equal_specs: dict[str, tuple[ToolSpec, ToolSpec]] = {}
+        self._connect()
+        _live.add(self)
+
+    def _connect(self) -> None:
+        """Everything that belongs to this process: id, thread, connections, waiting calls."""
+        settings = self.settings
         self.client_id = uuid.uuid4().hex
         self._pid = os.getpid()
-        self._broker = self._redis(settings.broker_url)
-        self.redis = self._broker if settings.redis_url == settings.broker_url else self._redis(settings.redis_url)
-        self.catalog = Catalog(self.redis, max_age=min(1.0, settings.heartbeat_interval / 2))
-        self.listener = ReplyListener(
-            lambda: self._redis(settings.redis_url, blocking=True),
-            keys.reply(self.client_id),
-            check_interval=settings.heartbeat_interval,
-            broker=self._broker,
+        self._origin = f"toolexec-client@{self._pid}"
+        self.io = IOThread(services=[self._listen, self._tick])
+        self.catalog = Catalog(
+            self.io, settings.redis_url, max_age=min(1.0, settings.heartbeat_interval / 2), clock=wire_clock.shared_clock
         )
-        self._validators: dict[str, tuple[ToolSpec, ArgumentValidator]] = {}
-        self.publisher = Publisher(self._broker, self.redis, reply_to=self.client_id)
+        self.replies = ReplyRouter(
+            self.io, settings.redis_url, keys.reply(self.client_id), block=min(1.0, settings.heartbeat_interval)
+        )
+        self.publisher = Publisher(self.io, broker_url=settings.broker_url, store_url=settings.redis_url)
+        self.watchdog = Watchdog(
+            self.replies, self.io, store_url=settings.redis_url, broker_url=settings.broker_url,
+            interval=settings.heartbeat_interval, max_deliveries=settings.max_deliveries,
+            worker_gone=self.catalog.worker_gone,
+        )  # fmt: skip
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopBatcher] = weakref.WeakKeyDictionary()
-        self._numbers = itertools.count(1)
-        self.stored = StoredOutcomes(ttl=settings.outcome_ttl)
-        self._origin = f"toolexec-client@{os.getpid()}"
 
-    @staticmethod
-    def _redis(url: str, *, blocking: bool = False) -> redis.Redis:
-        # No automatic retries: an outage must surface as BrokerUnavailable within the
-        # caller's deadline, not hide behind backoff.
-        return redis.Redis.from_url(
-            url,
-            socket_connect_timeout=2.0,
-            socket_timeout=5.0 if blocking else 2.0,
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=0,
-        )
+    # -- the background thread's services ------------------------------------------------
 
-    # -- the call path -------------------------------------------------------------
+    async def _listen(self) -> None:
+        await self.replies.listen()
 
-    def validate(self, spec: ToolSpec, arguments: dict[str, Any]) -> None:
-        """Check ``arguments`` against ``spec``'s schema (validator compiled once)."""
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.heartbeat_interval)
+            try:
+                await self.watchdog.check()
+            except Exception as exc:  # noqa: BLE001 - the next round tries again
+                logger.debug("the watchdog could not look at the waiting calls: %s", type(exc).__name__)
+
+    # -- one attempt -----------------------------------------------------------------
+
+    def validator(self, spec: ToolSpec) -> ArgumentValidator:
+        """The compiled validator of ``spec``'s schema (compiled once per spec)."""
         cached = self._validators.get(spec.name)
-        if cached is None or cached[0] != spec:
+        # Compared by identity first: comparing two models on every call costs.
+        if cached is None or (cached[0] is not spec and cached[0] != spec):
             cached = (spec, ArgumentValidator(spec.name, spec.parameters, max_bytes=self.settings.max_argument_bytes))
             self._validators[spec.name] = cached
-        cached[1].check(arguments)
+        return cached[1]
+
+    def validate(self, spec: ToolSpec, arguments: dict[str, Any]) -> None:
+        """Check ``arguments`` against ``spec``'s schema; raise ToolArgumentsInvalid if not."""
+        self.validator(spec).check(arguments)
+
+    def prepare(
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        *,
+        timeout: float | None,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> PreparedCall:
+        """Validate, key and encode one call (no I/O: the catalog view is read as cached).
+
+        A call to a tool that no live worker serves at the moment is prepared all the
+        same: its message waits in the queue for a worker, within its deadline.
+
+        Raises:
+            ToolArgumentsInvalid: The arguments do not fit; nothing is sent.
+        """
+        def build(spec: ToolSpec) -> PreparedCall:
+            return prepare_call(
+                spec, arguments, validator=self.validator(spec), settings=self.settings,
+                call_id=f"{self.client_id}-{next(self._numbers)}", reply_to=self.client_id,
+                timeout=timeout, run_id=run_id if run_id is not None else current_run_id(),
+                idempotency_key=idempotency_key, origin=self._origin,
+            )  # fmt: skip
+
+        call = build(spec)  # a bad call is refused before any I/O
+        live = self.catalog.known(spec.name)  # cached; read again in the background when stale
+        return call if live is None or self._same_spec(live, spec) else build(live)  # the tool changed since the proxy was made
+
+    def _same_spec(self, live: ToolSpec, spec: ToolSpec) -> bool:
+        # Each catalog read makes new spec objects: the last pair found equal is kept per
+        # tool, so that calls compare two models once per read, not once per call.
+        same = self._equal_specs.get(spec.name)
+        if same is not None and same[0] is live and same[1] is spec:
+            return True
+        if live is spec or live == spec:
+            self._equal_specs[spec.name] = (live, spec)
+            return True
+        return False
 
     def start(
         self,
@@ -110,61 +178,114 @@ class ToolClient:
         run_id: str | None = None,
         idempotency_key: str | None = None,
         batcher: LoopBatcher | None = None,
-    ) -> tuple[CallRequest, Waiter]:
-        """Validate and send one call; return it and the future of its outcome.
+    ) -> tuple[PreparedCall, Waiter]:
+        """Prepare and send one call; return it and the future of its outcome.
 
         For an idempotent tool the send is a claim: a stored outcome resolves the
         future at once, and a call already under way in the run is joined. With a
-        ``batcher`` the send waits for the end of the event loop's turn.
+        ``batcher`` the send waits for the end of the event loop's turn. Returns at
+        once: the client's I/O thread does the sending.
         """
-        self.validate(spec, arguments)
-        self.catalog.spec(spec.name)  # ToolNotFound if no live worker serves it
-        if spec.idempotent and idempotency_key is None:
-            run = run_id or current_run_id() or uuid.uuid4().hex  # outside a scope: a run of its own
-            idempotency_key = key_for(run, spec.name, spec.parameters, arguments)
-            run_id = run
-        elif run_id is None:
-            run_id = current_run_id()
-        call = CallRequest.model_construct(  # fields built here are valid by construction
-            call_id=f"{self.client_id}-{next(self._numbers)}",
-            tool=spec.name,
-            arguments=arguments,
-            reply_to=self.client_id,
-            deadline=None if timeout is None else time.time() + timeout,
-            run_id=run_id,
-            idempotency_key=idempotency_key,
+        call, future, _ = self._start(
+            spec, arguments, timeout=timeout, run_id=run_id, idempotency_key=idempotency_key, batcher=batcher
         )
-        if idempotency_key is not None and (seen := self.stored.get(idempotency_key)) is not None:
+        return call, future
+
+    def _start(
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        *,
+        timeout: float | None,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        batcher: LoopBatcher | None = None,
+        progress: ProgressSink | None = None,
+    ) -> tuple[PreparedCall, Waiter, CallState | None]:
+        call = self.prepare(spec, arguments, timeout=timeout, run_id=run_id, idempotency_key=idempotency_key)
+        loop = batcher.loop if batcher is not None else None
+        key = call.idempotency_key
+        if key is not None and (seen := self.stored.get(key)) is not None:
             # A repeat of a call whose outcome this process has seen stored: no I/O.
-            future: Waiter = batcher.loop.create_future() if batcher is not None else concurrent.futures.Future()
+            future: Waiter = loop.create_future() if loop is not None else concurrent.futures.Future()
             settle(future, result=seen)
-            return call, future
-        hard = spec.hard_timeout + _CELERY_LIMIT_MARGIN if spec.hard_timeout else None
-        headers = task_headers(call, task_name=task_name_for(spec.delivery), hard_limit=hard, origin=self._origin)
-        envelope = redis_envelope(call, queue=spec.queue, headers=headers)
-        watch = Watch(
-            running_keys=(
-                (keys.running(idempotency_key), keys.running(call.call_id))
-                if idempotency_key
-                else (keys.running(call.call_id),)
-            ),
-            delivery=spec.delivery,
-            queue=spec.queue,
-            envelope=envelope,
-            since=time.monotonic(),
-            claimed_key=idempotency_key,
-        )
-        future = self.listener.expect(call.call_id, watch, loop=batcher.loop if batcher is not None else None)
-        claim = None
-        if idempotency_key is not None:
-            window = timeout if timeout is not None else self.settings.outcome_ttl
-            claim = (idempotency_key, int((window + (spec.hard_timeout or 0) + self.settings.claim_margin) * 1000))
-        send = Send(tool=spec.name, call_id=call.call_id, queue=spec.queue, envelope=envelope, future=future, claim=claim)
+            return call, future, None
+        state = CallState(
+            tool=call.spec.name, delivery=call.spec.delivery, queue=call.spec.queue, envelope=call.envelope,
+            running_keys=call.running_keys, idempotency_key=key,
+        )  # fmt: skip
+        future = self.replies.expect(call.call_id, state, loop=loop, progress=progress)
+        send = Send(
+            call=call, future=future, state=state,
+            expires_at=None if timeout is None else time.monotonic() + timeout,
+        )  # fmt: skip
+        state.resend = lambda: self.publisher.send([send])
         if batcher is not None:
             batcher.add(send)
         else:
             self.publisher.send([send])
-        return call, future
+        return call, future, state
+
+    # -- the call: attempts until an outcome counts ------------------------------------
+
+    def attempts(
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        *,
+        timeout: float | None,
+        ends: float | None,
+        clock: Callable[[], float],
+        batcher: LoopBatcher | None = None,
+        **options: Any,
+    ) -> Attempts:
+        """The one wait loop: start an attempt, yield its future, take its outcome.
+
+        Another attempt starts only when this caller joined an execution whose own
+        caller's deadline passed before it started (nothing ran, the claim is free).
+        At the deadline the error says how far the send got: not sent
+        (``BrokerUnavailable``), maybe sent (``ToolOutcomeUnknown``), or sent and not
+        answered in time (``ToolTimeoutError``).
+        """
+        while True:
+            left = None if ends is None else max(0.0, ends - clock())
+            call, future, state = self._start(spec, arguments, timeout=left, batcher=batcher, **options)
+            try:
+                outcome = yield future
+            except ToolTimeoutError as exc:
+                raise _deadline_error(call, state, exc) from None
+            finally:
+                self.replies.forget(call.call_id)
+            if not _joined_an_expired_call(call, outcome):
+                return self._result(call, outcome, timeout=timeout)
+
+    async def call(
+        self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, started: float | None = None,
+        **options: Any,
+    ) -> Any:
+        """Run a call and return its result, waiting without blocking the event loop.
+
+        ``timeout`` counts from ``started`` (``time.monotonic()``) when given, else from now.
+        """
+        loop = asyncio.get_running_loop()
+        left = time_left(timeout, started)
+        ends = None if left is None else loop.time() + left
+        attempts = self.attempts(
+            spec, arguments, timeout=timeout, ends=ends, clock=loop.time, batcher=self.batcher(), **options
+        )
+        return await drive_async(attempts, ends=ends, timed_out=lambda: ToolTimeoutError(spec.name, timeout or 0.0))
+
+    def call_sync(
+        self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, started: float | None = None,
+        **options: Any,
+    ) -> Any:
+        """Run a call and return its result, blocking this thread until the deadline (as :meth:`call`)."""
+        left = time_left(timeout, started)
+        ends = None if left is None else time.monotonic() + left
+        attempts = self.attempts(spec, arguments, timeout=timeout, ends=ends, clock=time.monotonic, **options)
+        return drive_sync(
+            attempts, ends=ends, clock=time.monotonic, timed_out=lambda: ToolTimeoutError(spec.name, timeout or 0.0)
+        )
 
     def batcher(self) -> LoopBatcher:
         """The batcher of the running event loop (one per loop, made on first use)."""
@@ -174,71 +295,49 @@ class ToolClient:
             batcher = self._batchers[loop] = LoopBatcher(loop, self.publisher)
         return batcher
 
-    async def call(self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, **options: Any) -> Any:
-        """Run a call and return its result, waiting without blocking the event loop."""
-        loop = asyncio.get_running_loop()
-        batcher = self.batcher()
-        ends = None if timeout is None else loop.time() + timeout
-        while True:
-            left = None if ends is None else max(0.0, ends - loop.time())
-            call, future = self.start(spec, arguments, timeout=left, batcher=batcher, **options)
-            # The loop's own timer ends the wait: exact, and no task or thread per call.
-            expiry = None if ends is None else loop.call_at(ends, _expire, future)
-            try:
-                outcome = await cast("asyncio.Future[CallOutcome]", future)
-            except _DeadlinePassed:
-                raise ToolTimeoutError(spec.name, timeout or 0.0) from None
-            finally:
-                if expiry is not None:
-                    expiry.cancel()
-                self.listener.forget(call.call_id)
-            if not _joined_an_expired_call(call, outcome):
-                return self._result(spec, call, outcome, timeout=timeout)
-
-    def call_sync(self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, **options: Any) -> Any:
-        """Run a call and return its result, blocking this thread until the deadline."""
-        ends = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = None if ends is None else max(0.0, ends - time.monotonic())
-            call, future = self.start(spec, arguments, timeout=left, **options)
-            try:
-                outcome = cast("concurrent.futures.Future[CallOutcome]", future).result(left)
-            except concurrent.futures.TimeoutError:
-                raise ToolTimeoutError(spec.name, timeout or 0.0) from None
-            finally:
-                self.listener.forget(call.call_id)
-            if not _joined_an_expired_call(call, outcome):
-                return self._result(spec, call, outcome, timeout=timeout)
-
-    def _result(self, spec: ToolSpec, call: CallRequest, outcome: CallOutcome, *, timeout: float | None) -> Any:
-        if call.idempotency_key is not None and should_store(spec, outcome):
+    def _result(self, call: PreparedCall, outcome: CallOutcome, *, timeout: float | None) -> Any:
+        if call.idempotency_key is not None and should_store(call.spec, outcome):
             self.stored.put(call.idempotency_key, outcome)
-        return result_of(spec.name, outcome, timeout=timeout, available=self._available(outcome))
+        return result_of(call.spec.name, outcome, timeout=timeout, available=self._available(outcome))
 
     def _available(self, outcome: CallOutcome) -> list[str]:
         # Only read for a worker's "not found" (a worker without a tool the catalog lists).
         if outcome.error is None or outcome.error.kind is not ErrorKind.NOT_FOUND:
             return []
-        self.catalog.invalidate()
-        return self.catalog.available()
+        return self.catalog.available(read=False)
 
     def close(self) -> None:
-        """Stop the listener and close the connection pools."""
-        self.listener.stop()
-        self._broker.close()
-        if self.redis is not self._broker:
-            self.redis.close()
+        """Stop the background thread and close the connections; the next call starts them again."""
+        self.io.close()
+
+    # -- fork ----------------------------------------------------------------------------
+
+    def _after_fork(self) -> None:
+        # The parent's thread is not in this process, and its connections, reply list and
+        # waiting calls are the parent's: keep them untouched (referenced, so that nothing
+        # closes a socket the parent still uses) and start afresh.
+        _inherited.append((self.io, self.replies, self.publisher, self.catalog))
+        self._connect()
+        self.stored.after_fork()
 
 
-class _DeadlinePassed(Exception):
-    pass
+def _deadline_error(call: PreparedCall, state: CallState | None, error: ToolTimeoutError) -> RemoteToolError:
+    if state is None:
+        return error
+    confirmed, written, why = state.abandon()
+    if confirmed:
+        return error
+    tool = call.spec.name
+    if written:
+        return ToolOutcomeUnknown(tool, error.timeout, reason=why)
+    return BrokerUnavailable(
+        f"cannot send the call to {tool!r}: the broker could not take it within its {error.timeout:g}s deadline"
+        f"{f' ({why})' if why else ''}; the call was not sent",
+        tool=tool,
+    )
 
 
-def _expire(future: Waiter) -> None:
-    settle(future, error=_DeadlinePassed())
-
-
-def _joined_an_expired_call(call: CallRequest, outcome: CallOutcome) -> bool:
+def _joined_an_expired_call(call: PreparedCall, outcome: CallOutcome) -> bool:
     # This caller joined an execution whose own caller's deadline passed before it
     # started: nothing ran and the claim is free, so claim it again for this caller.
     return (
@@ -260,6 +359,8 @@ def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None, 
     if error.kind is ErrorKind.NOT_FOUND:
         raise ToolNotFound(tool, available, reason=error.message)
     if error.kind is ErrorKind.WORKER_LOST:
+        if error.type == ToolOutcomeUnknown.__name__:  # the client's watchdog: lost, no worker died
+            raise ToolOutcomeUnknown(tool, None, reason=error.message)
         raise WorkerLost(f"tool {tool!r}: {error.message}", tool=tool)
     if error.kind is ErrorKind.EXPIRED:
         raise ToolTimeoutError(tool, timeout or 0.0)
@@ -268,6 +369,23 @@ def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None, 
 
 _lock = threading.Lock()
 _client: ToolClient | None = None
+#: Every client of this process, reset in a forked child.
+_live: weakref.WeakSet[ToolClient] = weakref.WeakSet()
+#: What forked children inherited from their parent's clients, kept from being closed.
+_inherited: list[object] = []
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+    for client in list(_live):
+        try:
+            client._after_fork()
+        except Exception as exc:  # noqa: BLE001 - a fork must never fail because of us
+            logger.warning("could not reset a toolexec client after fork: %s", type(exc).__name__)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def configure(settings: Settings | None = None) -> ToolClient:
@@ -281,8 +399,11 @@ def configure(settings: Settings | None = None) -> ToolClient:
 
 
 def get_client() -> ToolClient:
-    """This process's client, built from the environment on first use (again after fork)."""
+    """This process's client, built from the environment on first use."""
     client = _client
-    if client is None or client._pid != os.getpid():
-        return configure(None if client is None else client.settings)
+    if client is None:
+        return configure()
+    if client._pid != os.getpid():  # forked, and the fork hook did not run
+        client._after_fork()
     return client
+

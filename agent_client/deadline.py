@@ -1,19 +1,25 @@
 """Deadlines: the "not set" sentinel and the precedence of timeouts.
 
-Precedence, highest first: a timeout given to ``remote_tool`` (or to one call), the
-framework's default (``remote_tools(default_timeout=)``, LazyBridge's
-``Agent(tool_timeout=)``), the tool's own ``@tool(timeout=)``, the settings default.
+Precedence, highest first: a timeout given to one call, to ``remote_tool(timeout=)``,
+the framework's default (LazyBridge's ``Agent(tool_timeout=)``, ...), the toolset's
+``remote_tools(default_timeout=)``, the tool's own ``@tool(timeout=)``, the settings
+default (see ``RemoteTool.effective_timeout``).
 ``None`` at any level means "no deadline" and wins like any other value; only
 :data:`NOT_SET` defers to the next level.
+
+A deadline counts from when the call was made: a caller that does work of its own
+first (the MCP server reading the catalog for a tool it had not seen) passes that
+moment on as ``started``, and :func:`time_left` says what remains.
 """
 
 from __future__ import annotations
 
 import enum
 import math
+import time
 from typing import Final, TypeAlias
 
-__all__ = ["NOT_SET", "NotSet", "Timeout", "check_timeout", "resolve_timeout"]
+__all__ = ["NOT_SET", "NotSet", "Timeout", "check_timeout", "resolve_timeout", "time_left"]
 
 
 class NotSet(enum.Enum):
@@ -46,3 +52,13 @@ def resolve_timeout(*levels: Timeout) -> float | None:
         if level is not NOT_SET:
             return None if level is None else float(level)
     return None
+
+
+def time_left(timeout: float | None, started: float | None) -> float | None:
+    """Seconds left of ``timeout`` counted from ``started`` (a ``time.monotonic()`` reading).
+
+    None means no deadline; ``started`` None counts from now. Zero or less: it passed.
+    """
+    if timeout is None or started is None:
+        return timeout
+    return timeout - (time.monotonic() - started)

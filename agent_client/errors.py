@@ -7,7 +7,8 @@ RemoteToolError
 ├── ToolExecutionError      the tool raised (remote type and message kept)
 ├── ToolTimeoutError        the deadline passed; the caller stopped waiting
 ├── WorkerLost              the worker died while running the call
-└── BrokerUnavailable       Redis or the broker cannot be reached
+├── ToolOutcomeUnknown      the call may have run, and no reply came in time (or Redis lost it)
+└── BrokerUnavailable       Redis or the broker cannot be reached; the call was not sent
 ```
 
 Each message is written to be shown to a model as it is: it names the tool and says
@@ -24,6 +25,7 @@ __all__ = [
     "ToolArgumentsInvalid",
     "ToolExecutionError",
     "ToolNotFound",
+    "ToolOutcomeUnknown",
     "ToolTimeoutError",
     "WorkerLost",
 ]
@@ -89,5 +91,39 @@ class WorkerLost(RemoteToolError):
     """The worker running the call died before it finished."""
 
 
+class ToolOutcomeUnknown(RemoteToolError):
+    """A write of the call may have reached Redis, and no reply came by the deadline.
+
+    The connection failed (or Redis stalled) after the call was written, and Redis never
+    answered again in time: the call may have been queued and the tool may have run, or
+    may still run. It is not :class:`BrokerUnavailable`, so code that retries on that
+    error does not send a side effect twice; check whether it happened before retrying
+    (a retry of an idempotent call in the same run joins or returns the first one).
+
+    It is also raised before the deadline (``timeout`` None) when the client finds the
+    call gone from Redis unanswered while no worker that could have taken it died: Redis
+    lost it, or its outcome, in a restart.
+
+    Attributes:
+        timeout: The deadline in seconds that passed; None when it was raised before.
+    """
+
+    def __init__(self, tool: str, timeout: float | None, *, reason: str = "") -> None:
+        self.timeout = timeout
+        if timeout is None:
+            super().__init__(
+                f"tool {tool!r}: the outcome is unknown: {reason or 'the call was lost'}; "
+                "check before retrying a side effect",
+                tool=tool,
+            )
+            return
+        why = f" ({reason})" if reason else ""
+        super().__init__(
+            f"tool {tool!r}: the outcome is unknown: the call may have reached Redis{why}, and no "
+            f"reply came within {timeout:g}s; it may have run, so check before retrying a side effect",
+            tool=tool,
+        )
+
+
 class BrokerUnavailable(RemoteToolError):
-    """Redis or the broker cannot be reached."""
+    """Redis or the broker cannot be reached; the call was not sent, so a retry is safe."""

@@ -1,10 +1,9 @@
-"""The client's half of "nothing runs twice": the idempotency key and the claim.
+"""The idempotency key of a call: what makes two calls "the same call".
 
 The key hashes the run id, the tool name and the canonical JSON of the arguments:
 keys sorted, schema defaults filled in, integral numbers written one way (so ``0``
-and ``0.0`` are the same argument). The claim is one Lua script, one round trip:
-return a stored outcome, or claim the key and push the message, or join the
-execution under way as a waiter.
+and ``0.0`` are the same argument). The claim that uses it is
+:data:`wire.scripts.CLAIM`, sent by :mod:`agent_client.send`.
 """
 
 from __future__ import annotations
@@ -12,38 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any, Literal, cast
+from typing import Any
 
-import redis
+__all__ = ["canonical_arguments", "idempotency_key"]
 
-from executor import keys
-
-__all__ = [
-    "CLAIM_SHA",
-    "Claim",
-    "canonical_arguments",
-    "claim_call",
-    "idempotency_key",
-    "load_claim_script",
-    "parse_claim",
-    "release_claim",
-]
-
-Claim = Literal["claimed", "stored", "joined"]
-
-_CLAIM = """
-local stored = redis.call('GET', KEYS[2])
-if stored then return {'stored', stored} end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if ARGV[5] == '1' then redis.call('LPUSH', KEYS[4], ARGV[3]) end
-  return {'claimed', ''}
-end
-redis.call('RPUSH', KEYS[3], ARGV[4])
-if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[3], ARGV[2]) end
-return {'joined', ''}
-"""
-
-CLAIM_SHA = hashlib.sha1(_CLAIM.encode()).hexdigest()
 
 
 def canonical_arguments(schema: dict[str, Any], arguments: dict[str, Any]) -> Any:
@@ -99,49 +70,3 @@ def idempotency_key(run_id: str, tool: str, schema: dict[str, Any], arguments: d
         sort_keys=True, separators=(",", ":"), ensure_ascii=False,
     )  # fmt: skip
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def claim_call(
-    pipe: redis.client.Pipeline,
-    key: str,
-    *,
-    call_id: str,
-    reply_to: str,
-    ttl_ms: int,
-    queue: str,
-    envelope: str,
-    push: bool,
-) -> None:
-    """Queue the claim of ``key`` on ``pipe``: claim it (and push ``envelope`` when
-    ``push``), or find its stored outcome, or join the execution under way.
-
-    Read the pipeline's result with :func:`parse_claim`.
-    """
-    # EVALSHA without redis-py's per-pipeline SCRIPT EXISTS round trip: a NOSCRIPT
-    # reply (after a Redis restart) is answered with load_claim_script() and a resend.
-    pipe.evalsha(
-        CLAIM_SHA, 4, keys.claim(key), keys.outcome(key), keys.waiters(key), queue,
-        call_id, ttl_ms, envelope, f"{reply_to} {call_id}", "1" if push else "0",
-    )  # fmt: skip
-
-
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
-def release_claim(client: redis.Redis, key: str, *, call_id: str) -> bool:
-    """Free ``key``'s claim if ``call_id`` still holds it (its worker died unfinished)."""
-    return bool(client.eval(_RELEASE, 1, keys.claim(key), call_id))
-
-
-def load_claim_script(client: redis.Redis) -> None:
-    """Load the claim script into ``client``'s server (after NOSCRIPT)."""
-    client.script_load(_CLAIM)
-
-
-def parse_claim(result: Any) -> tuple[Claim, str]:
-    """``("claimed", "")``, ``("stored", outcome JSON)`` or ``("joined", "")``."""
-    state, value = (v.decode() if isinstance(v, bytes) else v for v in result)
-    return cast(Claim, state), value

@@ -8,12 +8,21 @@ ToolProvider (``Agent(tools=[remote_tool("search")])``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 from agent_client.client import ToolClient, get_client
-from agent_client.deadline import NOT_SET, Timeout, check_timeout, resolve_timeout
-from executor.protocol import ToolSpec
+from agent_client.deadline import NOT_SET, Timeout, check_timeout, resolve_timeout, time_left
+from agent_client.errors import ToolTimeoutError
+from agent_client.progress import (
+    ProgressCallback,
+    ProgressEvent,
+    ProgressSink,
+    ToolResult,
+    stream_call,
+)
+from agent_client.validation import parse_arguments
+from wire.models import ToolSpec
 
 __all__ = ["RemoteTool", "RemoteToolset", "remote_tool", "remote_tools"]
 
@@ -59,73 +68,131 @@ class RemoteTool:
         """The deadline in seconds a call gets by default; None means no deadline."""
         return self.effective_timeout()
 
+    @property
+    def proxy_timeout(self) -> Timeout:
+        """The timeout given to this proxy (``remote_tool(timeout=)``), or NOT_SET."""
+        return self._timeout
+
+    @property
+    def default_timeout(self) -> Timeout:
+        """The default given to this proxy (``remote_tools(default_timeout=)``), or NOT_SET."""
+        return self._default_timeout
+
     def effective_timeout(self, call: Timeout = NOT_SET, framework: Timeout = NOT_SET) -> float | None:
-        """Resolve the deadline: this call, this proxy, the framework, the tool, settings."""
-        framework = self._default_timeout if framework is NOT_SET else check_timeout(framework, what="framework timeout")
-        settings_default = self.client.settings.default_timeout
-        return resolve_timeout(check_timeout(call), self._timeout, framework, _unset_if_none(self.spec.timeout), settings_default)
+        """Resolve the deadline; the first level set wins.
 
-    def lazybridge_limit(self) -> float | None:
-        """The limit LazyBridge should enforce itself: one set on this proxy, if any.
-
-        Left None when none is, so ``Agent(tool_timeout=)`` applies as the framework
-        level. LazyBridge has no per-tool "no limit", so a proxy set to None (no
-        deadline) gets :data:`_NO_LIMIT`, which outranks the agent's default.
+        The levels, highest first: this call; this proxy (``remote_tool(timeout=)``);
+        the framework's default (``framework``, which adapters pass); the toolset's
+        default (``remote_tools(default_timeout=)``); the tool's own
+        ``@tool(timeout=)``; the settings default.
         """
-        for level in (self._timeout, self._default_timeout):
-            if level is not NOT_SET:
-                return _NO_LIMIT if level is None else float(level)
-        return None
+        return resolve_timeout(
+            check_timeout(call),
+            self._timeout,
+            check_timeout(framework, what="framework timeout"),
+            self._default_timeout,
+            _unset_if_none(self.spec.timeout),
+            self.client.settings.default_timeout,
+        )
 
     # -- calling -------------------------------------------------------------------
 
     async def invoke(
         self,
-        arguments: dict[str, Any],
+        arguments: dict[str, Any] | str,
         *,
         timeout: Timeout = NOT_SET,
         run_id: str | None = None,
         idempotency_key: str | None = None,
         framework_timeout: Timeout = NOT_SET,
+        on_progress: ProgressCallback | None = None,
+        started: float | None = None,
     ) -> Any:
         """Run the tool with ``arguments`` (a dict); per-call options are keywords.
 
         Options never clash with argument names, since the arguments are one dict.
 
         Args:
-            arguments: The tool's arguments.
+            arguments: The tool's arguments: a dict, or the JSON text of one as a model's
+                tool call carries it (read strictly by
+                :func:`~agent_client.validation.parse_arguments`; blank means none).
             timeout: This call's deadline in seconds (None: no deadline); wins over
                 every default.
             run_id: The agent run; default: the enclosing ``run_scope()``, if any.
             idempotency_key: Use this key instead of the one derived from the run,
                 tool and arguments (idempotent tools only).
             framework_timeout: The framework's default deadline (adapters set it).
+            on_progress: Called on this event loop with each
+                :class:`~agent_client.progress.ProgressEvent` the tool reports, in order,
+                before this returns; an awaitable it returns is awaited.
+            started: When the call was made (``time.monotonic()``), if before this: the
+                deadline counts from then, so what the caller did first (the MCP
+                server's catalog read) is part of it. If it has passed already, this
+                raises ``ToolTimeoutError`` and sends nothing.
 
         Raises:
             RemoteToolError: One of its subclasses; see ``agent_client.errors``.
         """
-        limit = self.effective_timeout(timeout, framework_timeout)
-        options = self._options(run_id, idempotency_key)
-        return await self.client.call(self.spec, arguments, timeout=limit, **options)
+        arguments = self._arguments(arguments)
+        limit, options = self._resolve(timeout, framework_timeout, run_id, idempotency_key, started)
+        if on_progress is None:
+            return await self.client.call(self.spec, arguments, timeout=limit, started=started, **options)
+        sink = ProgressSink.for_loop(on_progress)
+        try:
+            return await self.client.call(
+                self.spec, arguments, timeout=limit, started=started, progress=sink, **options
+            )
+        finally:
+            await sink.aclose()
 
     def invoke_sync(
         self,
-        arguments: dict[str, Any],
+        arguments: dict[str, Any] | str,
         *,
         timeout: Timeout = NOT_SET,
         run_id: str | None = None,
         idempotency_key: str | None = None,
         framework_timeout: Timeout = NOT_SET,
+        on_progress: ProgressCallback | None = None,
+        started: float | None = None,
     ) -> Any:
-        """Blocking form of :meth:`invoke`; works inside and outside an event loop."""
-        limit = self.effective_timeout(timeout, framework_timeout)
-        options = self._options(run_id, idempotency_key)
-        return self.client.call_sync(self.spec, arguments, timeout=limit, **options)
+        """Blocking form of :meth:`invoke`; works inside and outside an event loop.
 
-    def _options(self, run_id: str | None, idempotency_key: str | None) -> dict[str, Any]:
+        ``on_progress`` is called on this process's progress thread, one event after
+        the other, and every event is handled before this returns.
+        """
+        arguments = self._arguments(arguments)
+        limit, options = self._resolve(timeout, framework_timeout, run_id, idempotency_key, started)
+        if on_progress is None:
+            return self.client.call_sync(self.spec, arguments, timeout=limit, started=started, **options)
+        sink = ProgressSink.for_thread(on_progress)
+        try:
+            return self.client.call_sync(
+                self.spec, arguments, timeout=limit, started=started, progress=sink, **options
+            )
+        finally:
+            sink.close()
+
+    def _arguments(self, arguments: dict[str, Any] | str) -> dict[str, Any]:
+        """The arguments as a dict: a model's JSON text is parsed (ToolArgumentsInvalid if bad)."""
+        return parse_arguments(self.name, arguments) if isinstance(arguments, str) else arguments
+
+    def _resolve(
+        self,
+        timeout: Timeout,
+        framework_timeout: Timeout,
+        run_id: str | None,
+        idempotency_key: str | None,
+        started: float | None,
+    ) -> tuple[float | None, dict[str, Any]]:
+        """The one body of :meth:`invoke` and :meth:`invoke_sync`: the deadline and options."""
         if idempotency_key is not None and not self.spec.idempotent:
             raise ValueError(f"tool {self.name!r} is not idempotent; it takes no idempotency_key")
-        return {"run_id": run_id, "idempotency_key": idempotency_key}
+        limit = self.effective_timeout(timeout, framework_timeout)
+        left = time_left(limit, started)
+        if limit is not None and left is not None and left <= 0:
+            raise ToolTimeoutError(self.name, limit)  # it passed before the call could be sent
+        return limit, {"run_id": run_id, "idempotency_key": idempotency_key}
 
     async def run(self, **arguments: Any) -> Any:
         """Run the tool: ``await search.run(query="...")``."""
@@ -134,6 +201,16 @@ class RemoteTool:
     def run_sync(self, **arguments: Any) -> Any:
         """Run the tool and block until its result: ``search.run_sync(query="...")``."""
         return self.invoke_sync(arguments)
+
+    def stream(self, **arguments: Any) -> AsyncIterator[ProgressEvent | ToolResult]:
+        """Run the tool; yield its progress, then its result: ``async for event in tool.stream(...)``.
+
+        Yields each :class:`~agent_client.progress.ProgressEvent` the tool reports, then
+        one :class:`~agent_client.progress.ToolResult`. A failed call raises its
+        :class:`RemoteToolError` after the progress it reported. Leaving the loop early
+        stops waiting for the call.
+        """
+        return stream_call(self.invoke, arguments)
 
     def __call__(self, **arguments: Any) -> Any:
         """Same as :meth:`run_sync`."""
@@ -153,10 +230,40 @@ class RemoteTool:
         return {"name": self.name, "description": self.description, "input_schema": self.parameters}
 
     def as_tools(self) -> list[Any]:
-        """This tool as LazyBridge ``Tool`` objects (needs ``toolexec[lazybridge]``)."""
-        from agent_client.lazybridge import lazybridge_tool
+        """This tool as LazyBridge ``Tool`` objects (needs ``toolexec[lazybridge]``).
+
+        LazyBridge's ToolProvider protocol calls this; the adapter lives beside the
+        core in :mod:`agent_client.frameworks.lazybridge` and is imported only here.
+        """
+        from agent_client.frameworks.lazybridge import lazybridge_tool
 
         return [lazybridge_tool(self)]
+
+    # -- other frameworks (each needs its extra; see agent_client.frameworks) ----------
+
+    def as_locus(self) -> Any:
+        """This tool as a ``locus`` ``Tool`` (needs ``toolexec[locus]``)."""
+        from agent_client.frameworks.locus import locus_tool
+
+        return locus_tool(self)
+
+    def as_openai_agents(self) -> Any:
+        """This tool as an openai-agents ``FunctionTool`` (needs ``toolexec[openai-agents]``)."""
+        from agent_client.frameworks.openai_agents import openai_agents_tool
+
+        return openai_agents_tool(self)
+
+    def as_langchain(self) -> Any:
+        """This tool as a LangChain ``StructuredTool`` (needs ``toolexec[langchain]``)."""
+        from agent_client.frameworks.langchain import langchain_tool
+
+        return langchain_tool(self)
+
+    def as_pydantic_ai(self) -> Any:
+        """This tool as a ``pydantic_ai.Tool`` (needs ``toolexec[pydantic-ai]``)."""
+        from agent_client.frameworks.pydantic_ai import pydantic_ai_tool
+
+        return pydantic_ai_tool(self)
 
     def __repr__(self) -> str:
         return f"RemoteTool({self.name!r}, queue={self.spec.queue!r}, timeout={self.timeout!r})"
@@ -191,43 +298,72 @@ class RemoteToolset:
         """Every tool as a LazyBridge ``Tool``."""
         return [tool for remote in self._tools for tool in remote.as_tools()]
 
+    def as_locus(self) -> list[Any]:
+        """Every tool as a ``locus`` ``Tool``."""
+        return [remote.as_locus() for remote in self._tools]
 
-def remote_tool(name: str, *, timeout: Timeout = NOT_SET, client: ToolClient | None = None) -> RemoteTool:
+    def as_openai_agents(self) -> list[Any]:
+        """Every tool as an openai-agents ``FunctionTool``."""
+        return [remote.as_openai_agents() for remote in self._tools]
+
+    def as_langchain(self) -> list[Any]:
+        """Every tool as a LangChain ``StructuredTool``."""
+        return [remote.as_langchain() for remote in self._tools]
+
+    def as_pydantic_ai(self) -> list[Any]:
+        """Every tool as a ``pydantic_ai.Tool``."""
+        return [remote.as_pydantic_ai() for remote in self._tools]
+
+
+def remote_tool(
+    name: str, *, timeout: Timeout = NOT_SET, client: ToolClient | None = None, wait: float | None = None
+) -> RemoteTool:
     """A proxy for the tool ``name``, read from the catalog.
+
+    Calls through the proxy go on working while no worker serves the tool for a while
+    (a rolling restart): each waits in the tool's queue for a worker, within its deadline.
 
     Args:
         name: The tool's registered name.
         timeout: Deadline in seconds for every call; None for no deadline. Wins over
             every other default.
         client: Dispatch through this client instead of the process's.
+        wait: Seconds to wait for a live worker to serve ``name`` (an agent that starts
+            before its workers); by default one must serve it now.
 
     Raises:
-        ToolNotFound: No live worker serves ``name``; the message lists what exists.
+        ToolNotFound: No live worker serves ``name`` (within ``wait``); the message
+            lists what exists.
         BrokerUnavailable: Redis cannot be reached.
     """
+    if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0):
+        raise ValueError(f"wait must be a number of seconds >= 0 or None; got {wait!r}")
     client = client or get_client()
-    return RemoteTool(client.catalog.spec(name), timeout=timeout, client=client)
+    return RemoteTool(client.catalog.spec(name, wait=wait), timeout=timeout, client=client)
 
 
 def remote_tools(
-    *, default_timeout: Timeout = NOT_SET, queues: Iterable[str] | None = None, client: ToolClient | None = None
-) -> RemoteToolset:
+    *, default_timeout: Timeout = NOT_SET, queues: Iterable[str] | None = None, client: ToolClient | None = None,
+    wait: float | None = None,
+) -> RemoteToolset:  # fmt: skip
     """Proxies for every tool a live worker serves.
 
     Args:
-        default_timeout: Deadline for tools that set none through ``remote_tool``; it
-            wins over each tool's own timeout.
+        default_timeout: Deadline for every tool of the set, below a framework's own
+            default (``Agent(tool_timeout=)``) and above each tool's own
+            ``@tool(timeout=)``; None for no deadline.
         queues: Only tools on these queues.
         client: Dispatch through this client instead of the process's.
+        wait: Seconds to wait for a live worker to serve at least one tool (on
+            ``queues``), for an agent that starts before its workers; the set is empty
+            if none does by then. By default, the tools served now.
     """
+    if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0):
+        raise ValueError(f"wait must be a number of seconds >= 0 or None; got {wait!r}")
     client = client or get_client()
     wanted = None if queues is None else frozenset(queues)
-    specs = client.catalog.specs(wanted)
+    specs = client.catalog.specs(wanted, wait=wait)
     return RemoteToolset(RemoteTool(s, default_timeout=default_timeout, client=client) for s in specs)
-
-
-#: What "no deadline" is told to LazyBridge: a year.
-_NO_LIMIT = 365 * 24 * 3600.0
 
 
 def _unset_if_none(value: float | None) -> Timeout:

@@ -11,7 +11,7 @@ import threading
 import time
 from collections import OrderedDict
 
-from executor.protocol import CallOutcome
+from wire.models import CallOutcome
 
 __all__ = ["StoredOutcomes"]
 
@@ -44,6 +44,10 @@ class StoredOutcomes:
             self._entries.move_to_end(key)
             while len(self._entries) > self._max:
                 self._entries.popitem(last=False)
+
+    def after_fork(self) -> None:
+        """In a forked child: a fresh lock (another thread of the parent may have held it)."""
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._entries)

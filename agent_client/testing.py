@@ -22,7 +22,9 @@ RuntimeError
 ```
 
 This module imports LazyBridge at import time: it is the test helper of the
-``lazybridge`` extra. Nothing else in ``agent_client`` does.
+``lazybridge`` extra, and without it raises
+:class:`~agent_client.frameworks.MissingExtra` naming the extra. Nothing else in
+``agent_client`` imports LazyBridge until an adapter is asked for.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ import dataclasses
 import threading
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias, cast
+
+from agent_client.frameworks import require
+
+require("lazybridge", extra="lazybridge", framework="agent_client.testing (scripted LazyBridge agents)")
 
 from lazybridge import Agent, BaseProvider, LLMEngine
 from lazybridge.core.types import (

@@ -9,7 +9,11 @@ MISS. Modules:
 - ``harness``: the private server, the workers of every side, the clients;
 - ``scenarios/``: one module per scenario, numbered as in the issue;
 - ``tools``, ``raw_celery``, ``redis_rpc``: what the workers of each side run;
-- ``stats``, ``report``, ``machine``, ``sizes``, ``names``, ``procs``: helpers.
+- ``amqp``, ``amqp_tools``: the run over RabbitMQ (``--broker amqp``);
+- ``signing``: ``python -m bench.signing``, the pure cost of message signing;
+- ``soak``, ``soak_checks``, ``soak_report``: ``python -m bench soak``, its checks and
+  its report;
+- ``stats``, ``report``, ``machine``, ``sizes``, ``names``, ``cpu``, ``plots``: helpers.
 """
 
 from __future__ import annotations

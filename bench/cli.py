@@ -18,12 +18,13 @@ from pathlib import Path
 from types import FrameType
 from typing import get_args
 
+from bench.amqp import AMQP_SCENARIOS, rabbitmq_version
 from bench.harness import PROJECT_ROOT, Bench, Options
 from bench.machine import describe
 from bench.report import ScenarioResult, markdown_table, render
 from bench.scenarios import SCENARIOS, Scenario
 from bench.sizes import FULL, SMOKE
-from executor.launch import Pool
+from toolexec import Pool
 
 __all__ = ["main"]
 
@@ -31,10 +32,13 @@ __all__ = ["main"]
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; the exit status (0 unless something crashed)."""
     args = _parser().parse_args(argv)
-    selected = _select(args.only)
+    selected = _select(args.only, broker=args.broker)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that every child is stopped
     options = Options(
-        sizes=SMOKE if args.smoke else FULL, pool=args.pool, concurrency=args.concurrency
+        sizes=SMOKE if args.smoke else FULL,
+        pool=args.pool,
+        concurrency=args.concurrency,
+        broker=args.broker,
     )
     command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
     when = datetime.datetime.now().astimezone()
@@ -52,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{options.pool} pool, concurrency {options.concurrency}, one of each side",
             )
         )
+        machine.append(("broker", _broker_line(args.broker)))
         sections.append("## Machine\n\n" + markdown_table(("machine", ""), machine) + "\n")
         _emit(sections[-1])
         for scenario in selected:
@@ -62,6 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             _emit(sections[-1])
     sections.append(_summary(results))
     _emit(sections[-1])
+    if args.plot is not None:
+        from bench.plots import draw, markdown_images  # matplotlib: the `bench` extra
+
+        drawn = draw(results, args.plot)
+        print("drew " + (", ".join(str(path) for _, path in drawn) or "nothing"))
+        if args.markdown is not None and drawn:
+            sections.append(markdown_images(drawn, args.markdown))
     if args.markdown is not None:
         args.markdown.write_text("\n".join(sections))
         print(f"wrote {args.markdown}")
@@ -79,7 +91,8 @@ machine lands on all of them. A MISS is information for whoever optimises next.
 Command: `{command}` ({run} run, {when})
 
 `python -m bench --smoke` is the short run that CI makes, `--only 1,4` picks scenarios,
-`--markdown PATH` writes this page.
+`--markdown PATH` writes this page, `--plot DIR` draws its figures there (matplotlib),
+`--broker amqp` runs scenarios 1 and 2 over RabbitMQ.
 """
 
 
@@ -111,7 +124,22 @@ def _summary(results: Sequence[ScenarioResult]) -> str:
     )
 
 
-def _select(only: str | None) -> list[Scenario]:
+def _broker_line(broker: str) -> str:
+    if broker == "redis":
+        return "the private Redis (calls, replies, results)"
+    return (
+        f"RabbitMQ {rabbitmq_version()} at 127.0.0.1:5672 for calls and tasks (AMQP, publisher "
+        "confirms); the private Redis for replies, results and the RPC floor"
+    )
+
+
+def _select(only: str | None, *, broker: str = "redis") -> list[Scenario]:
+    if broker == "amqp":
+        over_amqp = ",".join(map(str, AMQP_SCENARIOS))
+        asked = {int(part) for part in (only or over_amqp).split(",") if part.strip().isdigit()}
+        if asked - set(AMQP_SCENARIOS):
+            raise SystemExit(f"--broker amqp runs scenarios {over_amqp} only")
+        only = only or over_amqp
     if only is None:
         return list(SCENARIOS)
     try:
@@ -136,10 +164,22 @@ def _parser() -> argparse.ArgumentParser:
         "--markdown", metavar="PATH", type=Path, help="also write the tables to this file"
     )
     parser.add_argument(
+        "--plot",
+        metavar="DIR",
+        type=Path,
+        help="draw the figures as PNG files in DIR (needs matplotlib: the bench extra)",
+    )
+    parser.add_argument(
         "--pool", choices=get_args(Pool), default="prefork", help="pool of the shared workers"
     )
     parser.add_argument(
         "--concurrency", type=int, default=2, help="concurrency of the shared workers"
+    )
+    parser.add_argument(
+        "--broker",
+        choices=("redis", "amqp"),
+        default="redis",
+        help="carry calls over the private Redis or the machine's RabbitMQ (scenarios 1 and 2)",
     )
     return parser
 

@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from tempfile import TemporaryDirectory
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import celery.exceptions
 import redis
@@ -28,9 +28,10 @@ from celery import Celery
 import agent_client
 from agent_client import RemoteTool, ToolClient, remote_tool
 from bench import names, raw_celery
+from bench.amqp import QUEUE_VARIABLE, AmqpQueues
 from bench.redis_rpc import RpcClient, RpcTimeout
 from bench.sizes import Sizes
-from executor.launch import (
+from toolexec import (
     ChildProcess,
     Pool,
     ProcessStartFailed,
@@ -38,7 +39,8 @@ from executor.launch import (
     WorkerProcess,
     celery_worker_argv,
 )
-from executor.settings import Settings
+from toolexec.worker_process import pool_env
+from wire.settings import Settings
 
 __all__ = ["PROJECT_ROOT", "Bench", "Options"]
 
@@ -55,11 +57,13 @@ class _Stoppable(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Options:
-    """What a run measures: sample sizes and the shared worker pool."""
+    """What a run measures: sample sizes, the shared worker pool and the broker."""
 
     sizes: Sizes
     pool: Pool = "prefork"
     concurrency: int = 2
+    #: ``"amqp"``: calls and tasks travel over the machine's RabbitMQ (bench.amqp).
+    broker: Literal["redis", "amqp"] = "redis"
 
 
 class Bench:
@@ -71,22 +75,38 @@ class Bench:
         self.logs = workdir / "logs"
         self.server = stack.enter_context(RedisServer(directory=workdir / "redis"))
         self.url = self.server.url
+        #: The run's own queues on RabbitMQ with ``--broker amqp`` (deleted at the end), else None.
+        self.amqp = AmqpQueues() if options.broker == "amqp" else None
+        if self.amqp is not None:
+            stack.callback(self.amqp.delete)  # last: after every worker stopped
+        #: The queues of the shared toolexec and plain Celery workers.
+        self.toolexec_queue = names.TOOLEXEC_QUEUE if self.amqp is None else self.amqp.toolexec
+        self.raw_queue = names.RAW_QUEUE if self.amqp is None else self.amqp.raw
+        #: The queue of a plain Celery worker with prefetch multiplier 1 (scenario 2 starts it).
+        self.raw_prefetch1_queue = (
+            names.RAW_PREFETCH1_QUEUE if self.amqp is None else self.amqp.raw_prefetch1
+        )
         #: Environment of every worker: the private server and the benchmark's tools.
         self.env = {
-            "TOOLEXEC_BROKER_URL": self.url,
+            "TOOLEXEC_BROKER_URL": self.url if self.amqp is None else self.amqp.url,
             "TOOLEXEC_REDIS_URL": self.url,
-            "TOOLEXEC_TOOL_MODULES": "bench.tools",
+            "TOOLEXEC_TOOL_MODULES": "bench.tools" if self.amqp is None else "bench.amqp_tools",
             "TOOLEXEC_DATA_DIR": str(workdir / "data"),
         }
+        if self.amqp is not None:
+            self.env[QUEUE_VARIABLE] = self.amqp.toolexec
         self.settings = Settings.from_env(self.env)
         self.redis = redis.Redis.from_url(self.url)
         stack.callback(self.redis.close)
         self.runner = stack.enter_context(asyncio.Runner())
         self.client: ToolClient = agent_client.configure(self.settings)
         stack.callback(self.client.close)
-        self.celery: Celery = raw_celery.create_app(self.settings)
+        self.celery: Celery = raw_celery.create_app(self.settings, queue=self.raw_queue)
         self.rpc = RpcClient(self.url)
         stack.callback(self.rpc.close)
+        #: The shared workers :meth:`open` starts (their PIDs give their CPU time).
+        self.shared_toolexec: WorkerProcess | None = None
+        self.shared_raw: ChildProcess | None = None
 
     @classmethod
     @contextlib.contextmanager
@@ -95,10 +115,12 @@ class Bench:
         with TemporaryDirectory(prefix="toolexec-bench-") as tmp, contextlib.ExitStack() as stack:
             bench = cls(options, Path(tmp), stack)
             pool, concurrency = options.pool, options.concurrency
-            stack.enter_context(
-                bench.toolexec_workers([("toolexec", (names.TOOLEXEC_QUEUE,))], pool, concurrency)
+            (bench.shared_toolexec,) = stack.enter_context(
+                bench.toolexec_workers([("toolexec", (bench.toolexec_queue,))], pool, concurrency)
             )
-            stack.enter_context(bench.raw_worker("raw", pool, concurrency, names.RAW_QUEUE))
+            bench.shared_raw = stack.enter_context(
+                bench.raw_worker("raw", pool, concurrency, bench.raw_queue)
+            )
             stack.enter_context(bench._rpc_server())
             yield bench
 
@@ -125,13 +147,26 @@ class Bench:
 
     @contextlib.contextmanager
     def raw_worker(
-        self, name: str, pool: Pool, concurrency: int, queue: str
+        self,
+        name: str,
+        pool: Pool,
+        concurrency: int,
+        queue: str,
+        *,
+        prefetch_multiplier: int | None = None,
     ) -> Iterator[ChildProcess]:
-        """Start a plain Celery worker on ``queue``; return once it has run a task."""
+        """Start a plain Celery worker on ``queue``; return once it has run a task.
+
+        ``prefetch_multiplier`` is Celery's ``--prefetch-multiplier``; Celery's default (4)
+        when omitted.
+        """
         argv = celery_worker_argv(
             "bench.raw_celery", name=name, pool=pool, concurrency=concurrency, queues=[queue]
         )
-        worker = ChildProcess(name, argv, env={**os.environ, **self.env}, cwd=PROJECT_ROOT, log_dir=self.logs)
+        if prefetch_multiplier is not None:
+            argv += ["--prefetch-multiplier", str(prefetch_multiplier)]
+        env = {**os.environ, **pool_env(pool), **self.env}  # -P custom needs the pool's path
+        worker = ChildProcess(name, argv, env=env, cwd=PROJECT_ROOT, log_dir=self.logs)
         try:
             worker.start()
             deadline = time.monotonic() + _READY_TIMEOUT

@@ -1,12 +1,15 @@
 """Every queue name and Redis key the benchmark uses, in one place.
 
-toolexec's own keys live in :mod:`executor.keys`; these are the benchmark's, all under
+toolexec's own keys live in :mod:`wire.keys`; these are the benchmark's, all under
 ``bench:`` or in queues that no toolexec deployment uses.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ASYNC_QUEUE",
+    "POOL_QUEUE",
+    "RAW_PREFETCH1_QUEUE",
     "RAW_QUEUE",
     "RAW_SHED_QUEUE",
     "RPC_REQUESTS",
@@ -26,8 +29,16 @@ __all__ = [
 TOOLEXEC_QUEUE = "default"
 #: The queue the plain Celery worker serves.
 RAW_QUEUE = "bench_raw"
+#: The queue of the throughput scenario's plain Celery worker with prefetch multiplier 1.
+RAW_PREFETCH1_QUEUE = "bench_raw_prefetch1"
 #: A queue no worker consumes: a Celery call sent there can only time out.
 VOID_QUEUE = "bench_void"
+
+#: The queue of the async-tools scenario's worker (one pool at a time).
+ASYNC_QUEUE = "bench_async"
+
+#: The queue of the throughput scenario's toolexec worker on a second pool.
+POOL_QUEUE = "bench_pool"
 
 #: Queues of the shedding scenario's single-process workers.
 SHED_QUEUE = "bench_shed"

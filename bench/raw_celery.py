@@ -15,7 +15,7 @@ from typing import Any
 from celery import Celery
 
 from bench import names
-from executor.settings import Settings
+from wire.settings import Settings
 
 __all__ = ["NOOP", "SHED_BUSY", "SHED_MARK", "SLEEP_MS", "create_app"]
 
@@ -25,8 +25,8 @@ SHED_BUSY = "bench.shed_busy"
 SHED_MARK = "bench.shed_mark"
 
 
-def create_app(settings: Settings) -> Celery:
-    """A plain Celery app on ``settings``' broker with a Redis result backend."""
+def create_app(settings: Settings, queue: str = names.RAW_QUEUE) -> Celery:
+    """A plain Celery app on ``settings``' broker with a Redis result backend, sending to ``queue``."""
     app = Celery("bench_raw", set_as_current=False)
     app.conf.update(
         broker_url=settings.broker_url,
@@ -36,7 +36,7 @@ def create_app(settings: Settings) -> Celery:
         result_serializer="json",
         accept_content=["json"],
         result_accept_content=["json"],
-        task_default_queue=names.RAW_QUEUE,
+        task_default_queue=queue,
         worker_hijack_root_logger=False,
     )
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 __all__ = [
+    "Figure",
     "Goal",
     "ScenarioResult",
     "Table",
@@ -54,6 +56,29 @@ class Goal:
         return "n/a" if self.met is None else "PASS" if self.met else "MISS"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Figure:
+    """The data of one picture, which ``python -m bench --plot DIR`` draws (bench/plots.py).
+
+    Attributes:
+        name: File name without extension (``DIR/<name>.png``).
+        title: Title of the picture.
+        kind: ``"lines"``: each series is (x, y) points, x numeric (drawn on a log
+            scale); ``"bars"``: each series is (category, value) pairs, grouped by
+            category.
+        x_label: What the x axis (or the categories) shows.
+        y_label: What the y axis shows.
+        series: Series name -> its points, in order.
+    """
+
+    name: str
+    title: str
+    kind: Literal["lines", "bars"]
+    x_label: str
+    y_label: str
+    series: dict[str, list[tuple[float | str, float]]]
+
+
 @dataclass(kw_only=True)
 class ScenarioResult:
     """What one scenario found."""
@@ -63,6 +88,7 @@ class ScenarioResult:
     tables: list[Table] = field(default_factory=list)
     goals: list[Goal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
 
 
 def heading(number: int, title: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from executor.launch import Pool
+from toolexec import Pool
 
 __all__ = ["FULL", "SMOKE", "Sizes"]
 
@@ -31,6 +31,12 @@ class Sizes:
         shed_pools: Pools scenario 6 measures.
         scale_rounds: Rounds of scenario 7.
         scale_calls: Calls per worker process per block (scenario 7).
+        async_calls: Calls awaiting 1 s at once on one worker process (scenario 8).
+        async_prefork_calls: Calls of scenario 8 on prefork ``-c 2``, extrapolated.
+        command_calls: Calls per side and level whose Redis commands scenario 9 counts.
+        command_in_flight: Calls in flight in scenario 9, one level per block.
+        throughput_pool: A second pool scenario 2 measures toolexec on (None: none).
+        throughput_pool_concurrency: Its ``-c``.
     """
 
     name: str
@@ -47,9 +53,15 @@ class Sizes:
     deadline_samples: int
     idempotent_pairs: int
     shed_calls: int
-    shed_pools: tuple[Pool, ...] = ("prefork", "solo", "threads")
+    shed_pools: tuple[Pool, ...] = ("prefork", "solo", "threads", "asyncio")
     scale_rounds: int
     scale_calls: int
+    async_calls: int
+    async_prefork_calls: int
+    command_calls: int
+    command_in_flight: tuple[int, ...] = (1, 100)
+    throughput_pool: Pool | None = "asyncio"
+    throughput_pool_concurrency: int = 100
 
     def throughput_block(self, in_flight: int) -> int:
         """Calls per block at ``in_flight`` calls in flight."""
@@ -72,6 +84,9 @@ FULL = Sizes(
     shed_calls=100,
     scale_rounds=3,
     scale_calls=50,
+    async_calls=1000,
+    async_prefork_calls=20,
+    command_calls=1000,
 )
 
 SMOKE = Sizes(
@@ -90,4 +105,7 @@ SMOKE = Sizes(
     shed_calls=20,
     scale_rounds=1,
     scale_calls=5,
+    async_calls=100,
+    async_prefork_calls=4,
+    command_calls=100,
 )

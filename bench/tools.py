@@ -8,6 +8,7 @@ they write to comes from :meth:`Settings.from_env`.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from typing import Annotated
@@ -16,10 +17,20 @@ import redis
 from pydantic import Field
 
 from bench import names
-from executor import Settings, tool
-from executor.reply import redis_client
+from executor import tool
+from executor.redis_client import redis_client
+from wire.settings import Settings
 
-__all__ = ["noop", "noop_idempotent", "shed_busy", "shed_mark", "sleep_ms"]
+__all__ = [
+    "async_sleep_ms",
+    "blocking_sleep_ms",
+    "noop",
+    "noop_idempotent",
+    "noop_pool",
+    "shed_busy",
+    "shed_mark",
+    "sleep_ms",
+]
 
 Milliseconds = Annotated[
     int, Field(ge=0, le=600_000, description="How long to wait, in milliseconds.")
@@ -40,6 +51,11 @@ def noop() -> None:
     """Do nothing and return at once; the round trip is what is measured."""
 
 
+@tool(queue=names.POOL_QUEUE)
+def noop_pool() -> None:
+    """Do nothing: ``noop`` on the queue of the throughput scenario's second pool."""
+
+
 @tool(idempotent=True)
 def noop_idempotent(key: int) -> int:
     """Return ``key``; repeats with the same key in one run share one execution.
@@ -53,6 +69,24 @@ def noop_idempotent(key: int) -> int:
 @tool
 def sleep_ms(ms: Milliseconds) -> int:
     """Wait ``ms`` milliseconds without using the CPU, as a tool waiting on I/O does."""
+    time.sleep(ms / 1000)
+    return ms
+
+
+@tool(queue=names.ASYNC_QUEUE)
+async def async_sleep_ms(ms: Milliseconds) -> int:
+    """Await ``ms`` milliseconds, as an ``async def`` tool awaiting an API does."""
+    await asyncio.sleep(ms / 1000)
+    return ms
+
+
+@tool(queue=names.ASYNC_QUEUE)
+def blocking_sleep_ms(ms: Milliseconds) -> int:
+    """Wait ``ms`` milliseconds in a ``def`` tool: ``async_sleep_ms`` as gevent runs waits.
+
+    On Celery's gevent pool ``time.sleep`` is monkey-patched, so the wait yields to the
+    other greenlets as an ``await`` yields to the other coroutines.
+    """
     time.sleep(ms / 1000)
     return ms
 

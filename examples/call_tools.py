@@ -7,7 +7,8 @@ same ``TOOLEXEC_*`` settings. Prints::
     search -> the-red-headed-league.txt
     ToolArgumentsInvalid: invalid arguments for tool 'word_count': unit: 'lines' is not one of ['words', 'characters']
     ToolTimeoutError: tool 'slow_report' timed out after 0.3s
-    same charge twice in one run: True
+    a repeat in one run is the same charge: True
+    a new run is a new charge: True
 """
 
 from __future__ import annotations
@@ -37,10 +38,13 @@ def main() -> None:
 
     charge = remote_tool("charge_card")
     billing = {"city": "London", "country": "GB"}
-    with run_scope():
+    with run_scope():  # one agent run; the model repeats its call
         first = charge(customer_id="c-42", amount_cents=1999, billing=billing)
-        second = charge(amount_cents=1999.0, billing=billing, customer_id="c-42")
-    print("same charge twice in one run:", first == second)
+        again = charge(amount_cents=1999.0, billing=billing, customer_id="c-42")
+    with run_scope():  # the next run
+        later = charge(customer_id="c-42", amount_cents=1999, billing=billing)
+    print("a repeat in one run is the same charge:", again["charge_id"] == first["charge_id"])
+    print("a new run is a new charge:", later["charge_id"] != first["charge_id"])
 
 
 if __name__ == "__main__":

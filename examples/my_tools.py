@@ -7,6 +7,7 @@ Run a worker that serves them:
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
@@ -41,6 +42,6 @@ async def charge_card(customer_id: str, amount_cents: Annotated[int, Field(gt=0)
         amount_cents: The amount in cents.
         billing: The billing address on file.
     """
-    call = current_call()
-    # A real tool would pass call.idempotency_key to the payment API as its Idempotency-Key.
-    return {"status": "charged", "key": (call.idempotency_key or "")[:12], "city": billing.city}
+    key = current_call().idempotency_key  # pass it on as the payment API's Idempotency-Key
+    # A new id per execution: two results with one charge_id are one charge.
+    return {"charge_id": f"ch_{uuid.uuid4().hex[:12]}", "amount_cents": str(amount_cents), "key": key or ""}

@@ -1,8 +1,8 @@
 """toolexec's worker side: register tools with ``@tool`` and serve them with Celery.
 
 ``celery -A executor worker`` finds :data:`app` here. The app is built on first access
-(not at import), so the agent side, which imports only ``executor.protocol`` and
-``executor.settings``, never builds a Celery app.
+(not at import), so importing a tool module never builds a Celery app. The agent side
+never imports this package: what both sides share lives in :mod:`wire`.
 """
 
 from __future__ import annotations
@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from executor.context import CallContext, current_call
-from executor.errors import ConfigurationError, ToolDefinitionError, ToolexecError
-from executor.protocol import CallOutcome, CallRequest, ErrorInfo, ErrorKind, ToolSpec
+from executor.errors import ToolDefinitionError
+from executor.progress import report_progress
 from executor.registry import ToolDefinition, get_tool, registered_tools, tool
-from executor.settings import Settings
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -21,27 +20,19 @@ if TYPE_CHECKING:
     app: Celery
 
 __all__ = [
-    "CallContext",
-    "CallOutcome",
-    "CallRequest",
-    "ConfigurationError",
-    "ErrorInfo",
-    "ErrorKind",
-    # Configuration
-    "Settings",
-    "ToolDefinition",
-    "ToolDefinitionError",
-    # Wire protocol
-    "ToolSpec",
-    # Errors
-    "ToolexecError",
-    # The Celery app (built on first access)
-    "app",
-    "current_call",
-    "get_tool",
-    "registered_tools",
     # Defining tools
     "tool",
+    "ToolDefinition",
+    "get_tool",
+    "registered_tools",
+    # Inside a tool
+    "CallContext",
+    "current_call",
+    "report_progress",
+    # Errors
+    "ToolDefinitionError",
+    # The Celery app (built on first access)
+    "app",
 ]
 
 

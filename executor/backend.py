@@ -1,8 +1,9 @@
 """Report what the worker's main process sees happen to a call.
 
 When a prefork child dies mid-call, or Celery's own hard time limit ends it, or the
-main process drops an expired message, the task body never gets to reply: Celery then
-calls the task's result backend from the main process. This backend turns those calls
+main process drops an expired message, or gives up an at-least-once call whose process
+died ``TOOLEXEC_MAX_DELIVERIES`` times (:mod:`executor.request`), the task body never
+gets to reply: Celery then calls the task's result backend from the main process. This backend turns those calls
 into outcomes for the waiting client, so a lost call is reported at once instead of
 running into its deadline.
 """
@@ -10,15 +11,22 @@ running into its deadline.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from billiard.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.backends.base import DisabledBackend
 
-from executor.protocol import CallOutcome, CallRequest, ErrorKind, should_store
-from executor.settings import Settings
+from executor.exits import DeliveriesExhausted, StoreUnavailable
+from executor.registry import get_tool
+from executor.tracing import ToolCallFailed, call_log_fields
+from wire.models import CallOutcome, CallRequest, ErrorKind, should_store
+from wire.settings import Settings
 
-__all__ = ["ReplyBackend"]
+__all__ = ["Finish", "ReplyBackend"]
+
+#: How an outcome reaches its caller: :func:`executor.task.finish`.
+Finish = Callable[..., None]
 
 logger = logging.getLogger(__name__)
 
@@ -26,14 +34,20 @@ logger = logging.getLogger(__name__)
 class ReplyBackend(DisabledBackend):  # type: ignore[misc]
     """A result backend that stores nothing and tells callers about lost calls."""
 
-    def __init__(self, app: Any, settings: Settings, **kwargs: Any) -> None:
+    def __init__(self, app: Any, settings: Settings, finish: Finish, **kwargs: Any) -> None:
         super().__init__(app=app, **kwargs)
         self.toolexec_settings = settings
+        self._finish = finish
 
     def mark_as_failure(self, task_id: str, exc: BaseException, *args: Any, request: Any = None, **kwargs: Any) -> None:
+        if isinstance(exc, ToolCallFailed):
+            return  # the task body delivered this call's outcome, then ended as a failure
         if isinstance(exc, WorkerLostError):
             kind, type_name = ErrorKind.WORKER_LOST, "WorkerLost"
             message = f"the worker process running this call died ({exc})"
+        elif isinstance(exc, DeliveriesExhausted | StoreUnavailable):
+            # executor.request gave up redelivering it, or executor.task could not begin it.
+            kind, type_name, message = ErrorKind.WORKER_LOST, "WorkerLost", str(exc)
         elif isinstance(exc, TimeLimitExceeded):
             kind, type_name = ErrorKind.HARD_TIMEOUT, "ToolHardTimeout"
             message = f"the call ran past its hard limit and its worker process was stopped ({exc})"
@@ -50,10 +64,6 @@ class ReplyBackend(DisabledBackend):  # type: ignore[misc]
         self._report(task_id, request, kind, "DeadlineExpired" if reason == "expired" else "Revoked", message)
 
     def _report(self, task_id: str, request: Any, kind: ErrorKind, type_name: str, message: str) -> None:
-        # Imported here: the task module imports this one.
-        from executor.registry import get_tool
-        from executor.task import finish
-
         kwargs = getattr(request, "kwargs", None) or {}
         try:
             call = CallRequest.model_validate(kwargs)
@@ -62,7 +72,10 @@ class ReplyBackend(DisabledBackend):  # type: ignore[misc]
             return
         hostname = getattr(request, "hostname", "") or ""
         outcome = CallOutcome.failure(call.call_id, kind, type_name, message, worker=hostname)
-        logger.warning("call %s of %s: %s", call.call_id, call.tool, kind.value)
+        logger.warning(
+            "call %s of %s: %s", call.call_id, call.tool, kind.value,
+            extra=call_log_fields(call.call_id, call.run_id, call.tool),
+        )  # fmt: skip
         definition = get_tool(call.tool)
         store = should_store(definition.spec if definition else None, outcome)
-        finish(call, outcome, settings=self.toolexec_settings, store=store)
+        self._finish(call, outcome, settings=self.toolexec_settings, store=store)

@@ -1,8 +1,9 @@
 """The Celery app that workers run: ``celery -A executor worker``.
 
 Building it imports the tool modules (``TOOLEXEC_TOOL_MODULES``) so the registry is
-full before the worker forks, configures JSON-only messaging, and wires the catalog
-heartbeat to the worker's start and stop.
+full before the worker forks, configures JSON-only messaging, sets the pool a worker
+runs when its command line names none (``TOOLEXEC_WORKER_POOL``: Celery's
+``worker_pool``), and wires the catalog heartbeat to the worker's start and stop.
 """
 
 from __future__ import annotations
@@ -16,15 +17,19 @@ from celery.utils.imports import import_from_cwd
 from celery.worker import state as worker_state
 from kombu.entity import Queue
 
-from executor import keys
-from executor.backend import ReplyBackend
-from executor.catalog import Heartbeat
-from executor.errors import ConfigurationError
-from executor.identity import mark_main_process, worker_id
+from executor.heartbeat import Heartbeat
+from executor.identity import holder, mark_main_process, worker_id
+from executor.lockdown import Lockdown, broker_ssl_options
+from executor.logformat import use_log_format
+from executor.pools import WORKER_POOLS
+from executor.redis_client import redis_client
 from executor.registry import registered_tools
-from executor.reply import redis_client
-from executor.settings import Settings
 from executor.task import register_tasks
+from executor.transport import BROKER_URL_OPTION, MAX_ITEM_OPTION, REDIS_URL_OPTION
+from wire import keys
+from wire.errors import ConfigurationError
+from wire.message import CELERY_LIMIT_MARGIN
+from wire.settings import Settings
 
 __all__ = ["create_app", "get_app", "import_tool_modules"]
 
@@ -32,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _app: Celery | None = None
+
+#: Broker URLs of RabbitMQ (kombu's py-amqp transport).
+_AMQP_SCHEMES = ("amqp://", "amqps://", "pyamqp://")
 
 
 def import_tool_modules(settings: Settings) -> None:
@@ -55,23 +63,41 @@ def create_app(settings: Settings | None = None) -> Celery:
     import_tool_modules(settings)
     tools = registered_tools()
     longest = max((t.spec.hard_timeout or 0 for t in tools.values()), default=0)
-    if longest >= settings.visibility_timeout:
+    if longest and longest + CELERY_LIMIT_MARGIN >= settings.visibility_timeout:
         raise ConfigurationError(
             f"TOOLEXEC_VISIBILITY_TIMEOUT ({settings.visibility_timeout}s) must exceed the longest "
-            f"hard_timeout ({longest:g}s), or Redis redelivers calls that are still running"
+            f"hard_timeout ({longest:g}s) plus Celery's {CELERY_LIMIT_MARGIN:g}s margin, or Redis "
+            "redelivers calls that are still running"
         )
     queues = sorted({t.spec.queue for t in tools.values()} | {"default"})
     app = Celery("toolexec", set_as_current=False)
     app.conf.update(
         broker_url=settings.broker_url,
+        # rediss:// without ssl_* parameters: verify the server, as redis-py does.
+        broker_use_ssl=broker_ssl_options(settings.broker_url),
         broker_connection_retry_on_startup=True,
         # Kombu's ack emulation keeps each message in Redis until it is acknowledged and
         # restores it after the visibility timeout. toolexec notices a lost worker
         # itself, within seconds (heartbeats and holders), so it is off unless asked for.
+        # Redis only: an AMQP broker (RabbitMQ) acknowledges and redelivers by itself.
         broker_transport_options={
             "visibility_timeout": settings.visibility_timeout,
             "ack_emulation": settings.ack_emulation,
-        },
+            # executor.transport: where refused items are dead-lettered, and the largest
+            # item read from a queue (a call's arguments, base64-encoded, with room).
+            REDIS_URL_OPTION: settings.redis_url,
+            BROKER_URL_OPTION: settings.broker_url,
+            MAX_ITEM_OPTION: 2 * settings.max_argument_bytes + 65_536,
+            # Calls carry no priority (the client pushes every message onto the queue's own
+            # list): one BRPOP key per queue instead of kombu's four priority lists.
+            "priority_steps": [0],
+        }
+        if not settings.broker_url.startswith(_AMQP_SCHEMES)
+        else {},
+        # kombu's Redis transport and Celery's consumer, refusing what they cannot read
+        # (dead-lettered, executor.deadletter) instead of stopping the worker.
+        broker_transport=_guarded_transport(settings.broker_url),
+        worker_consumer="executor.consumer:Consumer",
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],
@@ -85,9 +111,21 @@ def create_app(settings: Settings | None = None) -> Celery:
         worker_disable_rate_limits=True,
         worker_hijack_root_logger=False,
     )
+    if settings.worker_pool is not None:
+        # The pool a worker runs when its command line names none (TOOLEXEC_WORKER_POOL).
+        app.conf.worker_pool = WORKER_POOLS[settings.worker_pool]
     app.toolexec_settings = settings
-    register_tasks(app, settings, ReplyBackend(app=app, settings=settings))
+    use_log_format(settings.log_format)  # applied once Celery sets up its loggers
+    register_tasks(app, settings)
+    # At worker start: JSON only, toolexec's tasks only, credentials that work.
+    app.steps["worker"].add(Lockdown)
     return app
+
+
+def _guarded_transport(broker_url: str) -> str | None:
+    """toolexec's Redis transport for a ``redis://`` or ``rediss://`` broker, else the URL's."""
+    scheme = broker_url.partition("://")[0].lower()
+    return "executor.transport:Transport" if scheme in ("redis", "rediss") else None
 
 
 def get_app() -> Celery:
@@ -127,7 +165,7 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
     heartbeat = Heartbeat(
         client, worker_id=worker_id(sender.hostname), hostname=sender.hostname, queues=queues, definitions=tools.values(),
         interval=settings.heartbeat_interval, pool=pool,
-        running=lambda: _calls_held(hostname),
+        running=lambda: _calls_held(hostname), concurrency=int(getattr(sender.pool, "limit", 0) or 0),
     )
     heartbeat.start()
     _heartbeats.append(heartbeat)
@@ -145,22 +183,22 @@ def _calls_held(hostname: str) -> list[tuple[str, str]]:
         held = {*worker_state.reserved_requests, *worker_state.active_requests}
     except RuntimeError:  # a set changed while we copied it; next beat
         return []
-    wid = worker_id(hostname)
     marks = []
     for request in held:
         kwargs = getattr(request, "kwargs", None)
         call_id = kwargs.get("call_id") if isinstance(kwargs, dict) else None
         if isinstance(call_id, str):
-            marks.append((keys.running(call_id), f"{wid}|{getattr(request, 'worker_pid', None) or 0}"))
+            marks.append((keys.running(call_id), holder(hostname, getattr(request, "worker_pid", None) or 0)))
     return marks
 
 
 def _pool_name(pool: Any) -> str:
-    # The name `celery worker -P` takes: prefork, solo, threads, eventlet, gevent.
+    # The name `celery worker -P` takes: prefork, solo, threads, eventlet, gevent; and
+    # toolexec's asyncio pool (executor.pools.asyncio_pool, through `-P custom`).
     if pool is None:
         return ""
     module = type(pool).__module__.rsplit(".", 1)[-1]
-    return {"thread": "threads"}.get(module, module)
+    return {"thread": "threads", "asyncio_pool": "asyncio"}.get(module, module)
 
 
 def _check_pool_often(consumer: Any) -> None:

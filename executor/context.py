@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+
+from wire.clock import shared_now
 
 __all__ = ["CallContext", "current_call"]
 
@@ -21,7 +22,8 @@ class CallContext:
         tool: Registered name of the tool.
         idempotency_key: Set for idempotent tools: pass it downstream (for example as a
             payment API's Idempotency-Key) so a retried call is recognised there too.
-        deadline: Epoch seconds at which the caller stops waiting, or None.
+        deadline: Epoch seconds at which the caller stops waiting, or None; on the
+            clock client and workers share (:func:`wire.clock.shared_now`).
     """
 
     call_id: str
@@ -34,7 +36,7 @@ class CallContext:
         """Seconds until the deadline (never negative), or None when there is none."""
         if self.deadline is None:
             return None
-        return max(0.0, self.deadline - time.time())
+        return max(0.0, self.deadline - shared_now())
 
 
 _current: ContextVar[CallContext] = ContextVar("toolexec_current_call")

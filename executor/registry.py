@@ -16,8 +16,8 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel
 
 from executor.errors import ToolDefinitionError
-from executor.protocol import Delivery, ToolSpec
 from executor.schema import function_schema
+from wire.models import Delivery, ToolSpec
 
 __all__ = ["ToolDefinition", "get_tool", "registered_tools", "tool", "unregister"]
 

@@ -1,7 +1,7 @@
 """The settings the tools read, built once per process.
 
 Tools never read the environment themselves: they call :func:`settings`, which builds
-:class:`executor.settings.Settings` from it on first use and keeps it. Tests replace
+:class:`wire.settings.Settings` from it on first use and keeps it. Tests replace
 :func:`settings` (``monkeypatch.setattr(tasks._settings, "settings", ...)``); tool
 modules therefore look it up through this module at call time, never by
 ``from tasks._settings import settings``.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from executor.settings import Settings
+from wire.settings import Settings
 
 __all__ = ["data_dir", "settings"]
 

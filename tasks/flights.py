@@ -4,14 +4,20 @@ A booking is one row in a SQLite ledger, ``<data_dir>/ledger.sqlite3``, which se
 worker processes may write at once: the ledger uses WAL and a busy timeout, and each
 booking is one short transaction in :func:`_insert_booking`. The row keeps the call id
 and, for idempotent calls, the idempotency key, so a duplicate can be traced to the
-call that made it. :func:`list_bookings` reads the ledger back (tests and the demo
+call that made it. A booking made under an idempotency key is made once per key: the
+key is a unique column, and a second run of the same call (an at-least-once call whose
+worker died after the insert but before its outcome was stored) gets the booking the
+first run made. That is the pattern ``docs/guarantees.md`` asks of a tool whose side
+effect must not repeat. :func:`list_bookings` reads the ledger back (tests and the demo
 count bookings with it); it is a plain function, not a tool.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import sqlite3
+import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -38,7 +44,9 @@ CREATE TABLE IF NOT EXISTS bookings (
     created_at      TEXT NOT NULL,
     call_id         TEXT,
     idempotency_key TEXT
-)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS bookings_by_idempotency_key
+    ON bookings (idempotency_key) WHERE idempotency_key IS NOT NULL;
 """
 
 
@@ -144,7 +152,11 @@ def _insert_booking(
     call_id: str | None,
     idempotency_key: str | None,
 ) -> LedgerRow:
-    """Write one booking in one transaction and return the stored row."""
+    """Write one booking in one transaction and return the stored row.
+
+    Under an idempotency key that already has a booking, nothing is written and that
+    booking is returned.
+    """
     row = LedgerRow(
         booking_id="BK-" + uuid.uuid4().hex[:12].upper(),
         flight_id=flight_id,
@@ -155,24 +167,61 @@ def _insert_booking(
     )
     with _ledger(path) as db, db:
         db.execute(
-            "INSERT INTO bookings (booking_id, flight_id, passenger, created_at, call_id, "
-            "idempotency_key) VALUES (:booking_id, :flight_id, :passenger, :created_at, "
-            ":call_id, :idempotency_key)",
+            "INSERT OR IGNORE INTO bookings (booking_id, flight_id, passenger, created_at, "
+            "call_id, idempotency_key) VALUES (:booking_id, :flight_id, :passenger, "
+            ":created_at, :call_id, :idempotency_key)",
             row,
         )
-    return row
+        if idempotency_key is None:
+            return row
+        stored = db.execute(
+            "SELECT booking_id, flight_id, passenger, created_at, call_id, idempotency_key "
+            "FROM bookings WHERE idempotency_key = ?",
+            (idempotency_key,),
+        ).fetchone()
+    booking_id, flight_id, passenger, created_at, call_id, idempotency_key = stored
+    return LedgerRow(
+        booking_id=booking_id, flight_id=flight_id, passenger=passenger,
+        created_at=created_at, call_id=call_id, idempotency_key=idempotency_key,
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
 def _ledger(path: Path) -> Iterator[sqlite3.Connection]:
     """A connection to the ledger at ``path``, created on first use, closed on exit."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _prepare(path)
     db = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_SECONDS)
     try:
-        # WAL lets readers and one writer work at once across processes; the mode is
-        # stored in the file, so this is a no-op after the first connection.
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute(_SCHEMA)
         yield db
     finally:
         db.close()
+
+
+_prepared: set[Path] = set()
+_prepared_lock = threading.Lock()
+
+
+def _prepare(path: Path) -> None:
+    """Create the ledger's folder, WAL mode and table once per process.
+
+    Switching a file to WAL takes an exclusive lock for which SQLite does not wait on
+    its busy timeout, so two connections doing it at once fail with "database is
+    locked". The switch therefore happens under an ``flock`` on a lock file beside the
+    ledger, which every process waits for; the mode is stored in the file, so each
+    process does it at most once.
+    """
+    with _prepared_lock:
+        if path in _prepared and path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_name(path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            db = sqlite3.connect(path, timeout=_BUSY_TIMEOUT_SECONDS)
+            try:
+                (mode,) = db.execute("PRAGMA journal_mode").fetchone()
+                if mode != "wal":
+                    db.execute("PRAGMA journal_mode=WAL")
+                db.executescript(_SCHEMA)
+            finally:
+                db.close()
+        _prepared.add(path)

@@ -1,4 +1,4 @@
-"""The seven scenarios of the benchmark, in the order the issue lists them.
+"""The scenarios of the benchmark, in the order the issues list them.
 
 Each module has ``NUMBER``, ``TITLE`` and ``run(bench) -> ScenarioResult``.
 """
@@ -10,11 +10,14 @@ from typing import Protocol
 from bench.harness import Bench
 from bench.report import ScenarioResult
 from bench.scenarios import (
+    async_tools,
     deadlines,
     idempotency,
+    redis_commands,
     roundtrip,
     scaling,
     shedding,
+    signing,
     threads,
     throughput,
 )
@@ -39,4 +42,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     idempotency,
     shedding,
     scaling,
+    async_tools,
+    redis_commands,
+    signing,
 )

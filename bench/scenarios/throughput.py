@@ -3,98 +3,264 @@
 toolexec keeps N calls in flight with asyncio (N coroutines, each calling again as soon
 as its call returns). Plain Celery gets its best single-thread pattern (send N, then
 ``.get()`` each, repeat) and the thread pattern (N threads, each ``send_task().get()``
-in a loop). Every block calls the no-op tool; the sides alternate at each level.
+in a loop), each against two plain Celery workers on the same pool and concurrency:
+one with Celery's default prefetch (multiplier 4) and one with prefetch multiplier 1
+(``--prefetch-multiplier 1``, as toolexec's workers run). Every block calls the no-op
+tool; the sides alternate at each level. The goal compares toolexec, at each level,
+with the fastest of the four raw Celery sides at that level, and the table names it.
+
+toolexec is measured on the shared workers' pool, against raw Celery on the same pool
+and concurrency, and on a second pool (``Sizes.throughput_pool``: the asyncio pool) by a
+worker of its own; each line of the figure is one side on one pool.
+
+Beside the rates: the CPU time each side's worker (its main process and pool children,
+from the OS: :mod:`bench.cpu`) used per call, net of what it uses idle (heartbeats,
+timers) over the same time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from agent_client import RemoteTool
-from bench import raw_celery
+from bench import names, raw_celery
+from bench.cpu import cpu_seconds
 from bench.harness import Bench
-from bench.report import Goal, ScenarioResult, Table, rate, ratio
+from bench.report import Figure, Goal, ScenarioResult, Table, rate, ratio
 from bench.stats import alternate, keep_in_flight
 
 NUMBER = 2
 TITLE = "Throughput with 1, 10, 100 and 1,000 calls in flight"
 
 _TIMEOUT = 120.0
-_TOOLEXEC = "toolexec asyncio"
+_TOOLEXEC = "toolexec"
 _RAW_BEST = "raw Celery send all, then .get() each"
 _RAW_THREADS = "raw Celery threads calling .get()"
+#: Celery's default prefetch multiplier, which the shared raw Celery worker keeps.
+_CELERY_DEFAULT_PREFETCH = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Side:
+    """One column: who calls, on which worker, and how a block of calls is made."""
+
+    label: str
+    pid: int | None
+    #: ``block(in_flight, total)``: the seconds ``total`` calls took.
+    block: Callable[[int, int], float]
+    raw: bool = False
 
 
 def run(bench: Bench) -> ScenarioResult:
     """Calls per second of each side at each level, from alternated blocks."""
+    second = bench.sizes.throughput_pool
+    if second == bench.options.pool:
+        second = None
+    with contextlib.ExitStack() as stack:
+        prefetch1 = stack.enter_context(
+            bench.raw_worker(
+                "raw-prefetch1", bench.options.pool, bench.options.concurrency,
+                bench.raw_prefetch1_queue, prefetch_multiplier=1,
+            )
+        )  # fmt: skip
+        if second is None:
+            return _measure(bench, None, prefetch1.pid)
+        concurrency = bench.sizes.throughput_pool_concurrency
+        (worker,) = stack.enter_context(
+            bench.toolexec_workers([(f"pool-{second}", (names.POOL_QUEUE,))], second, concurrency)
+        )
+        return _measure(bench, (f"{second} -c {concurrency}", worker.pid), prefetch1.pid)
+
+
+def _measure(
+    bench: Bench, second: tuple[str, int | None] | None, prefetch1_pid: int | None
+) -> ScenarioResult:
+    pool = f"{bench.options.pool} -c {bench.options.concurrency}"
+    toolexec_pid = bench.shared_toolexec.pid if bench.shared_toolexec else None
+    raw_pid = bench.shared_raw.pid if bench.shared_raw else None
     noop = bench.tool("noop")
-    rows = []
+    default, one = bench.raw_queue, bench.raw_prefetch1_queue
+    sides = [
+        _Side(label=f"{_TOOLEXEC} ({pool})", pid=toolexec_pid,
+              block=functools.partial(_toolexec, bench, noop)),
+        *(
+            _Side(label=f"{pattern} ({pool}, prefetch ×{multiplier})", pid=pid,
+                  block=functools.partial(make, bench, queue), raw=True)
+            for multiplier, queue, pid in (
+                (_CELERY_DEFAULT_PREFETCH, default, raw_pid), (1, one, prefetch1_pid),
+            )
+            for pattern, make in (
+                (_RAW_BEST, _raw_send_all_then_get), (_RAW_THREADS, _raw_threads),
+            )
+        ),
+    ]  # fmt: skip
+    if second is not None:
+        other = bench.tool("noop_pool")
+        sides.append(
+            _Side(label=f"{_TOOLEXEC} ({second[0]})", pid=second[1],
+                  block=functools.partial(_toolexec, bench, other))
+        )  # fmt: skip
+    labels = [side.label for side in sides]
+    raw_labels = [side.label for side in sides if side.raw]
+    idle = {side.label: _idle_cpu(side.pid) for side in sides}
+    rows, cpu_rows = [], []
+    series: dict[str, list[tuple[float | str, float]]] = defaultdict(list)
     best_ratio, level = float("nan"), 0
+    toolexec = labels[0]
     for in_flight in bench.sizes.in_flight:
         total = bench.sizes.throughput_block(in_flight)
-        sides: list[tuple[str, Callable[[], float]]] = [
-            (_TOOLEXEC, functools.partial(_toolexec, bench, noop, in_flight, total)),
-            (_RAW_BEST, functools.partial(_raw_send_all_then_get, bench, in_flight, total)),
-            (_RAW_THREADS, functools.partial(_raw_threads, bench, in_flight, total)),
-        ]
-        elapsed = alternate(sides, bench.sizes.throughput_rounds)
-        rates = {name: total * len(times) / sum(times) for name, times in elapsed.items()}
-        best_ratio, level = rates[_TOOLEXEC] / rates[_RAW_BEST], in_flight
+        cpu: dict[str, float] = defaultdict(float)
+        blocks = [
+            (
+                side.label,
+                _with_cpu(
+                    functools.partial(side.block, in_flight, total), side.pid,
+                    idle[side.label], cpu, side.label,
+                ),
+            )
+            for side in sides
+        ]  # fmt: skip
+        elapsed = alternate(blocks, bench.sizes.throughput_rounds)
+        rates = {label: total * len(times) / sum(times) for label, times in elapsed.items()}
+        # The fastest raw Celery side at this level, whichever pattern and prefetch it is.
+        raw_best = max(raw_labels, key=lambda label: rates[label])
+        best_ratio, level = rates[toolexec] / rates[raw_best], in_flight
+        for label in labels:
+            series[label].append((in_flight, rates[label]))
         rows.append(
             (
                 f"{in_flight:,}",
                 f"{total:,}",
-                *(rate(rates[name]) for name, _ in sides),
+                *(rate(rates[label]) for label in labels),
+                _short(raw_best),
                 ratio(best_ratio),
             )
         )
-    columns = ("in flight", "calls per block", f"{_TOOLEXEC} calls/s", f"{_RAW_BEST} calls/s",
-               f"{_RAW_THREADS} calls/s", "toolexec / raw best")  # fmt: skip
+        calls = total * bench.sizes.throughput_rounds
+        per_call = {label: cpu[label] / calls for label in labels}
+        raw_least = min(raw_labels, key=lambda label: per_call[label])
+        cpu_ratio = (
+            per_call[toolexec] / per_call[raw_least] if per_call[raw_least] > 0 else float("nan")
+        )
+        cpu_rows.append(
+            (
+                f"{in_flight:,}",
+                *(f"{per_call[label] * 1000:.3f}" for label in labels),
+                _short(raw_least),
+                ratio(cpu_ratio),
+            )
+        )
+    columns = ("in flight", "calls per block", *(f"{label} calls/s" for label in labels),
+               "fastest raw Celery side", "toolexec / fastest raw")  # fmt: skip
     goal = Goal(
-        name=f"toolexec / raw Celery best pattern at {level:,} in flight",
+        name=(
+            f"toolexec / fastest raw Celery side (either pattern, either prefetch) at "
+            f"{level:,} in flight, {pool}"
+        ),
         measured=ratio(best_ratio),
-        target="≥ 2.00× at 1,000",
-        met=(best_ratio >= 2.0) if level == 1000 else None,
+        target="≥ 3.00× at 1,000",
+        met=(best_ratio >= 3.0) if level == 1000 else None,
     )
+    cpu_columns = ("in flight", *(f"{label} worker CPU ms/call" for label in labels),
+                   "leanest raw Celery side", "toolexec / leanest raw")  # fmt: skip
+    idle_text = ", ".join(f"{label} {idle[label] * 1000:.1f} ms/s" for label in labels)
+    notes = [
+        f"{bench.sizes.throughput_rounds} alternated blocks per side and level; calls/s is all calls over all block time.",
+        (
+            "Raw Celery runs two workers on the same pool and concurrency: Celery's default "
+            f"prefetch (multiplier {_CELERY_DEFAULT_PREFETCH}) and `--prefetch-multiplier 1`; "
+            "each serves both client patterns. The ratio compares toolexec with the fastest "
+            "of the four raw sides at each level; the next column names it."
+        ),
+        (
+            "Worker CPU: user + system time of the side's worker (main process and pool children) "
+            "over each block, less its idle rate over the same time, divided by the calls; "
+            f"idle: {idle_text}. The CPU ratio compares toolexec with the raw side that used the "
+            "least CPU per call at that level."
+        ),
+    ]
+    if second is not None:
+        notes.append(
+            f"toolexec ({second[0]}) is a second toolexec worker on that pool, calling the same "
+            "no-op on a queue of its own; the goal compares the sides on the same pool."
+        )
     return ScenarioResult(
         number=NUMBER,
         title=TITLE,
-        tables=[Table(columns=columns, rows=rows)],
+        tables=[Table(columns=columns, rows=rows), Table(columns=cpu_columns, rows=cpu_rows)],
         goals=[goal],
-        notes=[
-            f"{bench.sizes.throughput_rounds} alternated blocks per side and level; calls/s is all calls over all block time."
+        notes=notes,
+        figures=[
+            Figure(
+                name="throughput",
+                title="No-op throughput from one client process, by side and worker pool",
+                kind="lines",
+                x_label="calls in flight",
+                y_label="calls per second",
+                series=dict(series),
+            )
         ],
     )
+
+
+def _short(label: str) -> str:
+    """A raw side's label without its pool: ``pattern, prefetch ×N``."""
+    pattern, _, rest = label.partition(" (")
+    return f"{pattern}, {rest.rstrip(')').rpartition(', ')[2]}"
+
+
+def _with_cpu(
+    block: Callable[[], float], pid: int | None, idle: float, cpu: dict[str, float], name: str
+) -> Callable[[], float]:
+    """``block``, adding the CPU seconds the worker ``pid`` spent on it to ``cpu[name]``."""
+
+    def measured() -> float:
+        before = cpu_seconds(pid)
+        elapsed = block()
+        cpu[name] += max(0.0, cpu_seconds(pid) - before - idle * elapsed)
+        return elapsed
+
+    return measured
+
+
+def _idle_cpu(pid: int | None, seconds: float = 1.0) -> float:
+    """CPU seconds per second the worker ``pid`` uses with no calls (heartbeats, timers)."""
+    before, start = cpu_seconds(pid), time.perf_counter()
+    time.sleep(seconds)
+    return max(0.0, cpu_seconds(pid) - before) / (time.perf_counter() - start)
 
 
 def _toolexec(bench: Bench, tool: RemoteTool, in_flight: int, total: int) -> float:
     return bench.run(keep_in_flight(lambda: tool.invoke({}, timeout=_TIMEOUT), in_flight, total))
 
 
-def _raw_send_all_then_get(bench: Bench, in_flight: int, total: int) -> float:
+def _raw_send_all_then_get(bench: Bench, queue: str, in_flight: int, total: int) -> float:
     start = time.perf_counter()
     done = 0
     while done < total:
         batch = min(in_flight, total - done)
-        results = [bench.celery.send_task(raw_celery.NOOP) for _ in range(batch)]
+        results = [bench.celery.send_task(raw_celery.NOOP, queue=queue) for _ in range(batch)]
         for result in results:
             result.get(timeout=_TIMEOUT)
         done += batch
     return time.perf_counter() - start
 
 
-def _raw_threads(bench: Bench, in_flight: int, total: int) -> float:
+def _raw_threads(bench: Bench, queue: str, in_flight: int, total: int) -> float:
     tickets = itertools.count()  # next() on a count is atomic under the GIL
     errors: list[BaseException] = []
 
     def lane() -> None:
         try:
             while next(tickets) < total:
-                bench.celery.send_task(raw_celery.NOOP).get(timeout=_TIMEOUT)
+                bench.celery.send_task(raw_celery.NOOP, queue=queue).get(timeout=_TIMEOUT)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(exc)
 

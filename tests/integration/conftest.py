@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
+import signal
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -18,8 +20,8 @@ import pytest
 import redis
 
 from agent_client import ToolClient, configure
-from executor.launch import Pool, RedisServer, WorkerProcess
-from executor.settings import Settings
+from toolexec import Pool, RedisServer, WorkerProcess
+from wire.settings import Settings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -163,3 +165,45 @@ def tool_client(probe_env: dict[str, str]) -> Iterator[ToolClient]:
     client = configure(Settings.from_env(probe_env))
     yield client
     client.close()
+
+
+# -- a Redis of a test's own, for the outage tests (test_redis_outage, test_frozen_redis) --
+
+
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis server of this test's own that keeps its data across a restart (AOF).
+
+    It is never left frozen: it gets ``SIGCONT`` before it is stopped.
+    """
+    with RedisServer(directory=tmp_path / "own-redis", appendonly=True) as server:
+        yield server
+        if server.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(server.pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def own_env(own_server: RedisServer, probe_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """Settings of the test's worker and client: the probe tools, on ``own_server``."""
+    return {
+        **probe_env,
+        "TOOLEXEC_BROKER_URL": own_server.url,
+        "TOOLEXEC_REDIS_URL": own_server.url,
+        "TOOLEXEC_DATA_DIR": str(tmp_path / "data"),
+    }
+
+
+@pytest.fixture
+def own_client(own_env: dict[str, str]) -> Iterator[ToolClient]:
+    """A client of ``own_server``, closed after the test."""
+    client = ToolClient(Settings.from_env(own_env))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def own_store(own_server: RedisServer) -> Iterator[redis.Redis]:
+    """The test's own connection to ``own_server`` (for counters and stats)."""
+    with redis.Redis.from_url(own_server.url) as connection:
+        yield connection

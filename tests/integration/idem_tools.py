@@ -22,9 +22,9 @@ import redis
 from pydantic import BaseModel
 
 from executor import current_call, tool
-from executor.reply import redis_client
-from executor.settings import Settings
+from executor.redis_client import redis_client
 from tasks import flights
+from wire.settings import Settings
 
 #: Seconds the tools' own Redis keys live: every key a test writes has a TTL.
 _KEY_TTL = 300

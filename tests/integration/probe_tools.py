@@ -7,7 +7,8 @@ it echoes its input, records the PID that ran it, or counts its runs in Redis.
 
 Tools on the ``default`` queue are served by the session's probe worker; tools on the
 ``single`` queue by one concurrency-1 worker at a time (``test_pools.py``); the tool on
-the ``slow`` queue by a worker started for it (``test_catalog.py``).
+the ``slow`` queue by a worker started for it (``test_catalog.py``); the tools on the
+``aio`` queue by the asyncio-pool workers of ``test_asyncio_pool.py``.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import threading
 import time
 from typing import Any
 
 import redis
 
 from executor import current_call, tool
-from executor.reply import redis_client
-from executor.settings import Settings
+from executor.redis_client import redis_client
+from wire.settings import Settings
 
 #: Seconds a probe's Redis keys live; long enough for any test, short enough to vanish.
 _KEY_TTL = 120
@@ -152,3 +154,66 @@ async def probe_async_hard_single(seconds: float) -> dict[str, Any]:
     """
     await asyncio.sleep(seconds)
     return {"slept": seconds}
+
+
+# The asyncio pool's probes, on the "aio" queue that test_asyncio_pool.py's workers serve.
+
+
+@tool(queue="aio")
+async def probe_async_wait(seconds: float, marker: str | None = None) -> dict[str, Any]:
+    """Await `seconds` of sleep, as a tool waiting on I/O does; report where it ran.
+
+    Args:
+        seconds: How long to await.
+        marker: A Redis key to set to the PID of the process running the call.
+    """
+    _record_pid(marker)
+    began = time.time()
+    await asyncio.sleep(seconds)
+    return {
+        "slept": seconds, "pid": os.getpid(), "thread": threading.current_thread().name,
+        "began": began, "ended": time.time(),
+    }  # fmt: skip
+
+
+@tool(queue="aio")
+def probe_thread(seconds: float = 0.0) -> dict[str, Any]:
+    """Block for `seconds` in a ``def`` tool; report the process and thread that ran it.
+
+    Args:
+        seconds: How long to block.
+    """
+    time.sleep(seconds)
+    return {"pid": os.getpid(), "thread": threading.current_thread().name, "call_id": current_call().call_id}
+
+
+@tool(queue="aio", hard_timeout=0.5)
+async def probe_async_hard(seconds: float, marker: str) -> dict[str, Any]:
+    """Await `seconds`, past the hard limit of 0.5 s; set `marker` to "cancelled" when cancelled.
+
+    Args:
+        seconds: How long to await.
+        marker: A Redis key set to "cancelled" if the run is cancelled.
+    """
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        _redis().set(marker, "cancelled", ex=_KEY_TTL)
+        raise
+    return {"slept": seconds}
+
+
+@tool(queue="aio", idempotent=True)
+async def probe_async_idem(counter: str, seconds: float = 0.0, marker: str | None = None) -> dict[str, Any]:
+    """INCR `counter`, await `seconds`, return the count: an idempotent, at-least-once async tool.
+
+    Args:
+        counter: The Redis key counting this tool's runs.
+        seconds: How long to await after counting.
+        marker: A Redis key to set to the PID of the process running the call.
+    """
+    runs = int(_redis().incr(counter))
+    _redis().expire(counter, _KEY_TTL)
+    _record_pid(marker)
+    await asyncio.sleep(seconds)
+    return {"runs": runs, "pid": os.getpid()}

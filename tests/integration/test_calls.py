@@ -28,9 +28,9 @@ from agent_client import (
     WorkerLost,
     remote_tool,
 )
-from executor.launch import WorkerProcess
-from executor.settings import Settings
 from tasks import list_bookings
+from toolexec import WorkerProcess
+from wire.settings import Settings
 
 from .polling import wait_until_async
 
@@ -124,7 +124,7 @@ def test_a_hundred_concurrent_calls_all_succeed_with_their_own_results(
     assert [r["number"] for r in results] == list(range(100))
     assert len({r["call_id"] for r in results}) == 100
     assert {r["pid"] for r in results} <= set(probe_worker.child_pids())
-    assert tool_client.listener.pending == 0
+    assert tool_client.replies.pending == 0
 
 
 # -- errors ----------------------------------------------------------------------------
@@ -164,7 +164,7 @@ def test_bad_arguments_name_the_field_and_send_nothing(
     assert field in str(raised.value)
     assert any(field in problem for problem in raised.value.problems)
     assert _lpush_calls(redis_client) == pushes_before, "an invalid call was published"
-    assert tool_client.listener.pending == 0
+    assert tool_client.replies.pending == 0
     # The measure works: a valid call is one LPUSH.
     search.invoke_sync({"query": "fox", "limit": 1})
     assert _lpush_calls(redis_client) == pushes_before + 1
@@ -231,7 +231,8 @@ def test_fifty_timed_out_calls_leave_no_thread_behind(tool_client: ToolClient) -
 
     async def twenty_five() -> tuple[list[Any], int]:
         calls = [asyncio.ensure_future(sleeper.run(seconds=0.2)) for _ in range(25)]
-        await asyncio.sleep(0.02)
+        # Measure while all 25 wait (each for 0.05 s): poll at every turn of the loop.
+        assert await wait_until_async(lambda: tool_client.replies.pending == 25, interval=0)
         while_waiting = threading.active_count()
         return await asyncio.gather(*calls, return_exceptions=True), while_waiting
 
@@ -242,7 +243,7 @@ def test_fifty_timed_out_calls_leave_no_thread_behind(tool_client: ToolClient) -
     assert while_waiting <= baseline + 1, names
     assert threading.active_count() <= baseline + 1, names
     assert _listeners() == 1, names
-    assert tool_client.listener.pending == 0
+    assert tool_client.replies.pending == 0
 
 
 # -- lost workers ----------------------------------------------------------------------

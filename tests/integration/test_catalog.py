@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from agent_client import ToolClient, ToolNotFound, remote_tool, remote_tools
-from executor.launch import WorkerProcess
-from executor.settings import Settings
+from toolexec import WorkerProcess
+from wire.settings import Settings
 
 if TYPE_CHECKING:
     from .conftest import WorkerFactory

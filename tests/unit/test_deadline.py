@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from typing import Any, cast
 
 import pytest
 
 from agent_client.client import ToolClient
-from agent_client.deadline import NOT_SET, Timeout, check_timeout, resolve_timeout
+from agent_client.deadline import NOT_SET, Timeout, check_timeout, resolve_timeout, time_left
+from agent_client.errors import ToolTimeoutError
+from agent_client.frameworks.lazybridge import lazybridge_limit
 from agent_client.remote import RemoteTool
-from executor.protocol import ToolSpec
-from executor.settings import Settings
+from wire.models import ToolSpec
+from wire.settings import Settings
 
 INVALID = [0, -1, -0.5, float("nan"), float("inf"), True, False, "5", [5]]
 
 
 @dataclass
 class FakeClient:
-    """Just enough of a ToolClient for precedence: its settings."""
+    """Just enough of a ToolClient for precedence: its settings (it cannot send a call)."""
 
     settings: Settings
 
@@ -82,7 +86,7 @@ def test_not_set_is_not_none_and_reads_as_itself() -> None:
     assert repr(NOT_SET) == "NOT_SET"
 
 
-# -- RemoteTool: explicit > framework > tool's own > settings ---------------------------------
+# -- RemoteTool: call > proxy > framework > toolset > tool's own > settings ------------------
 
 
 def test_the_settings_default_applies_when_nothing_else_is_set() -> None:
@@ -97,12 +101,13 @@ def test_the_tools_own_timeout_beats_the_settings_default() -> None:
     assert proxy(tool_timeout=7, settings_timeout=60).effective_timeout() == 7.0
 
 
-def test_the_framework_default_beats_the_tools_own_timeout() -> None:
+def test_the_toolsets_default_beats_the_tools_own_timeout() -> None:
     assert proxy(tool_timeout=7, default_timeout=20).effective_timeout() == 20.0
 
 
-def test_a_framework_timeout_per_call_beats_the_proxys_framework_default() -> None:
+def test_the_framework_default_beats_the_toolsets_default_longer_or_shorter() -> None:
     assert proxy(tool_timeout=7, default_timeout=20).effective_timeout(framework=30) == 30.0
+    assert proxy(tool_timeout=7, default_timeout=20).effective_timeout(framework=4) == 4.0
 
 
 def test_an_explicit_proxy_timeout_beats_the_framework() -> None:
@@ -123,7 +128,7 @@ def test_an_explicit_none_means_no_deadline_even_when_lower_levels_set_one() -> 
     assert proxy(tool_timeout=7, timeout=3).effective_timeout(call=None) is None
 
 
-def test_a_framework_none_means_no_deadline_over_the_tools_own_timeout() -> None:
+def test_a_toolset_or_framework_none_means_no_deadline_over_the_tools_own_timeout() -> None:
     assert proxy(tool_timeout=7, default_timeout=None).effective_timeout() is None
     assert proxy(tool_timeout=7).effective_timeout(framework=None) is None
 
@@ -152,14 +157,15 @@ def test_a_proxy_refuses_an_invalid_per_call_timeout(value: Any) -> None:
         proxy().effective_timeout(call=value)
 
 
-def test_the_limit_lazybridge_enforces_is_only_one_set_on_the_proxy() -> None:
-    assert proxy(tool_timeout=7).lazybridge_limit() is None
-    assert proxy(default_timeout=20).lazybridge_limit() == 20.0
-    assert proxy(timeout=3, default_timeout=20).lazybridge_limit() == 3.0
+def test_the_limit_lazybridge_enforces_is_only_the_proxys_own() -> None:
+    # A toolset default ranks below Agent(tool_timeout=), so LazyBridge is not told it.
+    assert lazybridge_limit(proxy(tool_timeout=7)) is None
+    assert lazybridge_limit(proxy(default_timeout=20)) is None
+    assert lazybridge_limit(proxy(timeout=3, default_timeout=20)) == 3.0
 
 
 def test_a_proxy_set_to_no_deadline_tells_lazybridge_a_limit_that_outranks_the_agents() -> None:
-    limit = proxy(timeout=None, default_timeout=20).lazybridge_limit()
+    limit = lazybridge_limit(proxy(timeout=None, default_timeout=20))
     assert limit is not None and limit >= 365 * 24 * 3600
     assert proxy(timeout=None, default_timeout=20).effective_timeout() is None
 
@@ -168,3 +174,34 @@ def test_a_proxy_set_to_no_deadline_tells_lazybridge_a_limit_that_outranks_the_a
 def test_a_framework_timeout_is_checked_like_any_other(value: Any) -> None:
     with pytest.raises(ValueError, match="framework timeout must be a positive number"):
         proxy().effective_timeout(framework=value)
+
+
+# -- a deadline counts from when the call was made --------------------------------------------
+
+
+def test_time_left_counts_from_when_the_call_was_made() -> None:
+    a_second_ago = time.monotonic() - 1.0
+    left = time_left(3.0, a_second_ago)
+
+    assert left is not None and 1.5 < left <= 2.0
+    assert time_left(3.0, None) == 3.0  # not said: from now
+    assert time_left(None, a_second_ago) is None  # no deadline
+    assert (time_left(0.5, a_second_ago) or 0) < 0  # passed
+
+
+@pytest.mark.parametrize("style", ["invoke", "invoke_sync"])
+@pytest.mark.parametrize(("given", "deadline"), [({"timeout": 1.5}, 1.5), ({}, 7.0)])
+def test_a_call_whose_deadline_passed_before_it_was_made_times_out_at_once_and_sends_nothing(
+    style: str, given: dict[str, Any], deadline: float
+) -> None:
+    remote = proxy(tool_timeout=7)  # its client has no way to send: a send would raise AttributeError
+    long_ago = time.monotonic() - 10.0
+
+    with pytest.raises(ToolTimeoutError) as raised:
+        if style == "invoke":
+            asyncio.run(remote.invoke({}, started=long_ago, **given))
+        else:
+            remote.invoke_sync({}, started=long_ago, **given)
+
+    assert raised.value.timeout == deadline  # the whole deadline, not what was left of it
+    assert str(raised.value) == f"tool 'search' timed out after {deadline:g}s"

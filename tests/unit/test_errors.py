@@ -10,6 +10,8 @@ import pytest
 
 import agent_client
 import executor
+import toolexec
+import wire
 from agent_client import errors as agent_errors
 from agent_client.errors import (
     BrokerUnavailable,
@@ -21,8 +23,9 @@ from agent_client.errors import (
     WorkerLost,
 )
 from executor import errors as worker_errors
-from executor import launch
-from executor.errors import ToolexecError
+from toolexec import errors as ops_errors
+from wire import errors as wire_errors
+from wire.errors import ToolexecError
 
 
 def classes_of(module: ModuleType) -> list[type[BaseException]]:
@@ -39,15 +42,25 @@ def test_every_worker_error_is_a_toolexec_error() -> None:
         assert issubclass(error, ToolexecError), error
 
 
-@pytest.mark.parametrize("module", [agent_errors, worker_errors], ids=lambda m: m.__name__)
+def test_every_wire_and_ops_error_is_a_toolexec_error() -> None:
+    for error in [*classes_of(wire_errors), *classes_of(ops_errors)]:
+        assert issubclass(error, ToolexecError), error
+
+
+@pytest.mark.parametrize("module", [agent_errors, worker_errors, wire_errors], ids=lambda m: m.__name__)
 def test_no_error_shadows_a_builtin_name(module: ModuleType) -> None:
     assert not set(module.__all__) & set(dir(builtins))
 
 
 @pytest.mark.parametrize(
     ("module", "root", "homes"),
-    [(agent_errors, RemoteToolError, [agent_errors]), (worker_errors, ToolexecError, [worker_errors, launch])],
-    ids=["agent_client", "executor"],
+    [
+        (agent_errors, RemoteToolError, [agent_errors]),
+        (wire_errors, ToolexecError, [wire_errors]),
+        (worker_errors, ToolexecError, [worker_errors, wire_errors]),
+        (ops_errors, ToolexecError, [ops_errors, wire_errors]),
+    ],
+    ids=["agent_client", "wire", "executor", "toolexec"],
 )
 def test_the_docstring_draws_the_whole_error_tree(module: ModuleType, root: type, homes: list[ModuleType]) -> None:
     tree = module.__doc__.split("```")[1]  # type: ignore[union-attr]
@@ -59,7 +72,10 @@ def test_the_docstring_draws_the_whole_error_tree(module: ModuleType, root: type
         assert found and issubclass(found[0], root), f"{name} is drawn but is not a {root.__name__}"
 
 
-@pytest.mark.parametrize(("package", "module"), [(agent_client, agent_errors), (executor, worker_errors)])
+@pytest.mark.parametrize(
+    ("package", "module"),
+    [(agent_client, agent_errors), (executor, worker_errors), (wire, wire_errors), (toolexec, ops_errors)],
+)
 def test_every_error_is_exported_by_its_package(package: ModuleType, module: ModuleType) -> None:
     assert set(module.__all__) <= set(package.__all__)
 

@@ -8,8 +8,14 @@ import typing
 import pytest
 
 import agent_client
+import agent_client.frameworks
 import executor
 import tasks
+import toolexec
+import wire
+
+#: Every package with a public surface of its own (STYLE.md: an explicit, grouped __all__).
+PACKAGES = [wire, executor, agent_client, agent_client.frameworks, tasks, toolexec]
 
 #: Names that typing machinery puts in a namespace; not part of any public surface.
 TYPING_HELPERS = {"annotations", "TYPE_CHECKING"}
@@ -28,7 +34,7 @@ def public_names(module: types.ModuleType) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("package", [executor, agent_client, tasks], ids=lambda p: p.__name__)
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
 def test_all_is_exactly_the_public_names_in_the_package_namespace(package: types.ModuleType) -> None:
     exported = set(package.__all__)
     lazy = {"app"} if package is executor else set()  # built on first access by module __getattr__
@@ -37,12 +43,12 @@ def test_all_is_exactly_the_public_names_in_the_package_namespace(package: types
     assert lazy <= exported
 
 
-@pytest.mark.parametrize("package", [executor, agent_client, tasks], ids=lambda p: p.__name__)
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
 def test_all_lists_each_name_once(package: types.ModuleType) -> None:
     assert len(package.__all__) == len(set(package.__all__))
 
 
-@pytest.mark.parametrize("package", [executor, agent_client, tasks], ids=lambda p: p.__name__)
+@pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
 def test_every_exported_name_resolves(package: types.ModuleType) -> None:
     for name in package.__all__:
         if package is executor and name == "app":

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import threading
 from typing import Any
 
@@ -128,12 +132,66 @@ def test_booleans_are_not_numbers() -> None:
     )
 
 
+#: Argument shapes as this process spells them, and as another process spells the same call:
+#: keys in another order at every depth, integral floats for ints and back, non-ASCII text.
+_SHAPES_HERE: list[dict[str, Any]] = [
+    {"passenger": "Ada", "trip": {}},
+    {
+        "passenger": "Ada",
+        "trip": {"seat": {"row": 3, "window": True}, "legs": [{"row": 2, "window": False}, {}]},
+        "seat": {"row": 7},
+    },
+    {"passenger": "Ada", "trip": {}, "price": 1.0, "count": 2},
+    {"passenger": "Ada", "trip": {}, "price": 19.99},
+    {"passenger": "Zoë Ørsted — 東京 🚀", "trip": {"legs": [{"window": True}]}},
+    {"passenger": "Ada", "trip": {}, "note": {"b": [1, {"y": "ü", "x": 2.0}], "a": None}},
+]
+_SHAPES_THERE: list[dict[str, Any]] = [
+    {"trip": {}, "passenger": "Ada"},
+    {
+        "seat": {"row": 7.0},
+        "trip": {"legs": [{"window": False, "row": 2.0}, {}], "seat": {"window": True, "row": 3}},
+        "passenger": "Ada",
+    },
+    {"count": 2.0, "price": 1, "trip": {}, "passenger": "Ada"},
+    {"price": 19.99, "trip": {}, "passenger": "Ada"},
+    {"trip": {"legs": [{"window": True}]}, "passenger": "Zoë Ørsted — 東京 🚀"},
+    {"note": {"a": None, "b": [1.0, {"x": 2, "y": "ü"}]}, "trip": {}, "passenger": "Ada"},
+]
+
+_CHILD = """
+import json, sys
+from agent_client.idempotency import idempotency_key
+job = json.loads(sys.stdin.read())
+keys = [idempotency_key("run-1", "book", job["schema"], arguments) for arguments in job["shapes"]]
+print(json.dumps({"keys": keys, "hash_of_a_str": hash("run-1")}))
+"""
+
+
+def _keys_in_another_process(shapes: list[dict[str, Any]], hash_seed: str) -> tuple[list[str], int]:
+    # The child reads the shapes back from JSON, which keeps key order and int/float as written.
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD],
+        input=json.dumps({"schema": SCHEMA, "shapes": shapes}, ensure_ascii=False),
+        capture_output=True, text=True, encoding="utf-8", env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    return answer["keys"], answer["hash_of_a_str"]
+
+
 def test_the_key_is_stable_across_processes() -> None:
-    # A pure function of its inputs: another client process computes the same key.
-    assert _key({"passenger": "Ada", "trip": {}}) == _key({"passenger": "Ada", "trip": {}})
-    assert _key({"passenger": "Ada", "trip": {}}) == (
-        idempotency_key("run-1", "book", dict(SCHEMA), {"trip": {}, "passenger": "Ada"})
-    )
+    here = [_key(arguments) for arguments in _SHAPES_HERE]
+    assert len(set(here)) == len(here), "each shape is a different call"
+
+    there_123, str_hash_123 = _keys_in_another_process(_SHAPES_THERE, "123")
+    there_456, str_hash_456 = _keys_in_another_process(_SHAPES_THERE, "456")
+
+    # The two children really hash differently, so a key built on hash() would differ between them.
+    assert str_hash_123 != str_hash_456
+    assert there_123 == here
+    assert there_456 == here
 
 
 # -- run_scope -----------------------------------------------------------------------------
@@ -157,7 +215,7 @@ def test_an_async_scope_sets_the_run_id_for_the_tasks_started_inside() -> None:
                 await asyncio.sleep(0)
                 return current_run_id()
 
-            inside = await asyncio.gather(seen(), seen())
+            inside = list(await asyncio.gather(seen(), seen()))
         return run_id, inside, current_run_id()
 
     run_id, inside, after = asyncio.run(main())

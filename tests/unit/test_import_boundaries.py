@@ -1,4 +1,6 @@
-"""agent_client may use the executor's pure data and configuration, never the worker's machinery."""
+"""Three homes: the wire contract imports neither side; the sides import only the wire;
+ops may import everything; nothing imports ops; the agent process loads no worker code,
+and no framework until an adapter is asked for."""
 
 from __future__ import annotations
 
@@ -7,50 +9,138 @@ import subprocess
 import sys
 from pathlib import Path
 
-import agent_client
+import pytest
 
-#: The executor modules the agent side may import (pure data, configuration, key names).
-ALLOWED = {"executor.protocol", "executor.settings", "executor.keys", "executor.message", "executor.errors"}
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("wire", "executor", "agent_client", "tasks", "toolexec")
 
-AGENT_MODULES = sorted(Path(agent_client.__file__).parent.glob("*.py"))
+#: package -> the project packages it may import (besides itself).
+ALLOWED: dict[str, set[str]] = {
+    "wire": set(),
+    "executor": {"wire"},
+    "tasks": {"executor", "wire"},
+    "agent_client": {"wire"},
+    "toolexec": {"wire", "executor", "agent_client", "tasks"},
+}
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Every module a file imports; ``from executor import keys`` counts as executor.keys."""
+def imported_packages(path: Path) -> set[str]:
+    """The project packages a file imports, at module level or inside functions."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names if node.module in ("executor", "tasks"))
-    return found
+            found.add(node.module.split(".")[0])
+    return found & set(PACKAGES)
 
 
-def test_the_checker_sees_both_import_forms() -> None:
-    assert len(AGENT_MODULES) > 5
-    assert "executor.keys" in imported_modules(Path(agent_client.__file__).parent / "client.py")
+def test_the_checker_sees_both_import_forms(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("import executor.task\nfrom wire import keys\ndef f():\n    from toolexec import cli\n")
+
+    assert imported_packages(sample) == {"executor", "wire", "toolexec"}
 
 
-def test_agent_client_imports_only_the_executors_data_and_configuration() -> None:
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_imports_only_what_its_home_may(package: str) -> None:
     offending = {}
-    for path in AGENT_MODULES:
-        wrong = {
-            name for name in imported_modules(path)
-            if (name.startswith("executor.") and name not in ALLOWED) or name == "tasks" or name.startswith("tasks.")
-        }
+    for path in sorted((ROOT / package).rglob("*.py")):
+        wrong = imported_packages(path) - ALLOWED[package] - {package}
         if wrong:
-            offending[path.name] = sorted(wrong)
+            offending[path.relative_to(ROOT).as_posix()] = sorted(wrong)
 
     assert offending == {}
 
 
-def test_importing_agent_client_loads_no_celery_and_no_tools() -> None:
-    code = (
-        "import sys, agent_client\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('celery', 'tasks', 'lazybridge')"
-        " or m in ('executor.task', 'executor.celery_app', 'executor.runner')))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True)
+#: Worker code and Celery: the agent process never needs them.
+WORKER_SIDE = ("celery", "kombu", "billiard", "executor", "tasks", "toolexec")
+#: Every framework an adapter speaks to: each is an optional extra, imported only when asked for.
+FRAMEWORKS = ("lazybridge", "locus", "agents", "langchain_core", "langgraph", "pydantic_ai", "mcp")
 
-    assert result.stdout.strip() == "[]"
+#: agent_client modules left out of the walk, each because it imports its extra by design.
+OPTIONAL_MODULES = {
+    "agent_client.testing": "the LazyBridge extra's scripted agents: it subclasses LazyBridge's provider",
+    "agent_client.amqp": "the RabbitMQ lane: kombu's AMQP client, imported only for an amqp:// broker",
+}
+
+
+def _loaded_after(statement: str, packages: tuple[str, ...] = (*WORKER_SIDE, "lazybridge")) -> list[str]:
+    """The modules of ``packages`` a fresh interpreter has loaded after running ``statement``."""
+    code = (
+        f"import sys\n{statement}\n"
+        "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        f"{packages!r})))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True, cwd=ROOT
+    )
+    return result.stdout.split()
+
+
+def test_the_agent_process_loads_no_worker_module_no_celery_and_no_kombu() -> None:
+    loaded = _loaded_after(
+        "import agent_client\n"
+        "from agent_client import client, prepare, send, wait, replies, watchdog, remote, catalog"
+    )
+
+    assert loaded == []
+
+
+#: Imports every agent_client module but the frameworks' own and OPTIONAL_MODULES, prints
+#: what it imported, then drives the remote_tool() machinery with no Redis to reach.
+_EVERY_CORE_MODULE_IN_USE = f"""
+import importlib, pkgutil
+import agent_client
+skipped = {sorted(OPTIONAL_MODULES)!r}
+walked = [
+    m.name for m in pkgutil.walk_packages(agent_client.__path__, "agent_client.")
+    if not m.name.startswith("agent_client.frameworks.") and m.name not in skipped
+]
+for name in walked:
+    importlib.import_module(name)
+print("\\n".join("walked:" + name for name in walked))
+
+from agent_client import BrokerUnavailable, RemoteTool, ToolArgumentsInvalid, ToolClient, remote_tool, remote_tools
+from wire.models import ToolSpec
+from wire.settings import Settings
+
+nowhere = "redis://127.0.0.1:1/0"  # nothing listens: every read fails at once
+client = ToolClient(Settings(broker_url=nowhere, redis_url=nowhere))
+for build in (lambda: remote_tool("search", client=client), lambda: remote_tools(client=client)):
+    try:
+        build()
+    except BrokerUnavailable:
+        pass
+spec = ToolSpec(
+    name="search", description="Search.",
+    parameters={{"type": "object", "properties": {{"query": {{"type": "string"}}}}, "required": ["query"]}},
+)
+search = RemoteTool(spec, client=client, timeout=5)
+search.to_openai_schema(), search.to_anthropic_schema(), search.effective_timeout(framework=3)
+try:
+    search.invoke_sync({{"query": 1}})
+except ToolArgumentsInvalid:
+    pass
+client.close()
+"""
+
+
+def test_every_core_agent_module_in_use_loads_no_framework_and_no_worker_code() -> None:
+    loaded = _loaded_after(_EVERY_CORE_MODULE_IN_USE, (*WORKER_SIDE, *FRAMEWORKS))
+
+    walked = {name.removeprefix("walked:") for name in loaded if name.startswith("walked:")}
+    assert {"agent_client.remote", "agent_client.catalog", "agent_client.frameworks"} <= walked
+    assert len(walked) >= 20  # the walk found the package's modules
+    assert [name for name in loaded if not name.startswith("walked:")] == []
+
+
+def test_the_modules_left_out_of_the_walk_load_no_other_framework_and_no_worker_code() -> None:
+    assert _loaded_after("import agent_client.amqp", (*FRAMEWORKS, "celery", "executor", "tasks", "toolexec")) == []
+    assert _loaded_after("import agent_client.testing", (*WORKER_SIDE, *FRAMEWORKS)) == sorted(
+        _loaded_after("import lazybridge", (*WORKER_SIDE, *FRAMEWORKS))
+    )
+
+
+def test_the_wire_contract_loads_neither_side() -> None:
+    assert _loaded_after("import wire, wire.message, wire.scripts, wire.formats, wire.keys") == []

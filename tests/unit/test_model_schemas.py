@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import cast
 
 from agent_client import RemoteTool, ToolClient
-from executor.protocol import ToolSpec
+from wire.models import ToolSpec
 
 PARAMETERS = {
     "type": "object",

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from executor.protocol import CallRequest
 from executor.registry import tool, unregister
 from executor.runner import execute
+from wire.models import CallRequest
 
 SECRET = "4111-1111-1111-1111"
 

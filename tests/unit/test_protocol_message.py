@@ -1,4 +1,4 @@
-"""executor.protocol and executor.message: the wire data and the Celery message built without Celery."""
+"""wire.models and wire.message: the wire data and the Celery message built without Celery."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from celery import Celery
 from kombu.connection import Connection
 
-from executor.message import redis_envelope, task_headers
-from executor.protocol import (
+from wire.message import CELERY_EXPIRY_GRACE, redis_envelope, task_headers
+from wire.models import (
     TASK_AT_LEAST_ONCE,
     TASK_AT_MOST_ONCE,
     CallOutcome,
@@ -124,13 +124,13 @@ def test_headers_name_the_task_and_the_call() -> None:
     assert (headers["parent_id"], headers["eta"], headers["retries"], headers["origin"]) == (None, None, 0, "client@host")
 
 
-def test_expires_is_the_deadline_as_an_aware_iso_timestamp() -> None:
+def test_expires_is_the_deadline_plus_the_grace_for_worker_clocks_as_an_aware_iso_timestamp() -> None:
     deadline = time.time() + 12.5
 
     expires = datetime.fromisoformat(task_headers(a_call(deadline), task_name=TASK_AT_MOST_ONCE)["expires"])
 
     assert expires.tzinfo is not None and expires.utcoffset() == UTC.utcoffset(None)
-    assert expires.timestamp() == pytest.approx(deadline, abs=1e-6)
+    assert expires.timestamp() == pytest.approx(deadline + CELERY_EXPIRY_GRACE, abs=1e-6)
 
 
 def test_a_call_without_a_deadline_never_expires() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from executor.settings import ENVIRONMENT_VARIABLES, Settings
+from wire.settings import ENVIRONMENT_VARIABLES, Settings
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 ROWS = dict(re.findall(r"^\| `(TOOLEXEC_[A-Z_]+)` \| `?([^`|]*?)`? \|", README, flags=re.MULTILINE))

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from executor.errors import ToolDefinitionError, ToolexecError
+from executor.errors import ToolDefinitionError
 from executor.registry import get_tool, registered_tools, tool, unregister
+from wire.errors import ToolexecError
 
 
 @pytest.fixture

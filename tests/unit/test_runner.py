@@ -17,9 +17,9 @@ from pydantic import BaseModel
 
 from executor import runner
 from executor.context import CallContext, current_call
-from executor.protocol import CallOutcome, CallRequest, ErrorKind
 from executor.registry import tool, unregister
 from executor.runner import encode_outcome, execute
+from wire.models import CallOutcome, CallRequest, ErrorKind
 
 Register = Callable[..., str]
 
@@ -38,15 +38,6 @@ def register() -> Iterator[Register]:
     yield _register
     for name in names:
         unregister(name)
-
-
-@pytest.fixture(autouse=True)
-def close_the_threads_event_loop() -> Iterator[None]:
-    """The runner keeps one loop per thread for async tools; close it so none is left to GC."""
-    yield
-    loop = getattr(runner._loops, "loop", None)
-    if loop is not None:
-        loop.close()
 
 
 def call(name: str, /, deadline: float | None = None, **arguments: Any) -> CallOutcome:
@@ -139,7 +130,7 @@ def test_return_values_become_json(register: Register, value: Any, expected: Any
     assert json.loads(outcome.model_dump_json())["result"] == expected
 
 
-@pytest.mark.parametrize("value", [object(), b"\xff\xfe"], ids=["object", "undecodable-bytes"])
+@pytest.mark.parametrize("value", [object(), threading.Lock()], ids=["object", "lock"])
 def test_a_return_value_json_cannot_carry_is_a_clear_error(register: Register, value: Any) -> None:
     def produce() -> Any:
         """Produce a value."""
@@ -214,19 +205,26 @@ def test_an_unknown_tool_is_not_found_naming_the_worker() -> None:
     assert "is registered on worker worker@host" in outcome.error.message
 
 
-def test_an_expired_call_is_refused_and_the_tool_never_runs(register: Register) -> None:
-    runs: list[int] = []
+def test_an_expired_call_is_refused_with_an_expired_outcome() -> None:
+    request = CallRequest(call_id="c-1", tool="anything", deadline=time.time() - 0.01)
 
-    def count() -> int:
-        """Count runs."""
-        runs.append(1)
-        return len(runs)
+    outcome = runner.refuse_if_expired(request, worker="worker@host")
 
-    outcome = call(register(count), deadline=time.time() - 0.01)
-
-    assert outcome.error is not None
+    assert outcome is not None and outcome.error is not None
     assert (outcome.error.kind, outcome.error.type) == (ErrorKind.EXPIRED, "DeadlineExpired")
-    assert runs == []
+    assert (outcome.call_id, outcome.worker) == ("c-1", "worker@host")
+
+
+def test_a_call_with_time_left_or_no_deadline_is_not_refused() -> None:
+    assert runner.refuse_if_expired(CallRequest(call_id="c-1", tool="t", deadline=time.time() + 30)) is None
+    assert runner.refuse_if_expired(CallRequest(call_id="c-1", tool="t", deadline=None)) is None
+
+
+def test_the_deadline_is_compared_with_the_clock_given() -> None:
+    request = CallRequest(call_id="c-1", tool="t", deadline=100.0)
+
+    assert runner.refuse_if_expired(request, now=99.9) is None
+    assert runner.refuse_if_expired(request, now=100.0) is not None
 
 
 def test_a_call_with_time_left_runs(register: Register) -> None:
@@ -313,6 +311,27 @@ def test_a_sync_tool_within_its_hard_limit_returns_normally_and_its_errors_pass_
     assert call(name, fail=False).result == "done"
     failed = call(name, fail=True).error
     assert failed is not None and (failed.kind, failed.type) == (ErrorKind.EXECUTION, "ValueError")
+
+
+def test_the_loop_a_thread_ran_async_tools_on_is_closed_when_the_thread_ends(register: Register) -> None:
+    async def add(a: int, b: int) -> int:
+        """Add."""
+        return a + b
+
+    name = register(add)
+    seen: list[tuple[CallOutcome, asyncio.AbstractEventLoop]] = []
+
+    def worker_thread() -> None:
+        seen.append((call(name, a=1, b=2), runner._loops.loop))
+
+    thread = threading.Thread(target=worker_thread)
+    thread.start()
+    thread.join()
+    del thread  # the thread's locals go with it
+
+    outcome, loop = seen[0]
+    assert outcome.result == 3
+    assert loop.is_closed()  # closed by its thread's end, not found open by the collector
 
 
 def test_an_async_tool_past_its_hard_limit_is_cancelled_and_reported(register: Register) -> None:
@@ -427,3 +446,23 @@ def test_the_result_limit_counts_bytes_not_characters() -> None:
     encoded = encode_outcome(outcome, tool="t", max_bytes=characters + 10)
 
     assert CallOutcome.model_validate_json(encoded).error is not None
+
+
+def test_a_bytes_result_is_sent_as_utf8_text(register: Register) -> None:
+    def raw() -> dict[str, bytes]:
+        """Raw."""
+        return {"body": "café".encode()}
+
+    assert call(register(raw)).result == {"body": "café"}
+
+
+def test_bytes_that_are_not_utf8_are_refused_with_a_message_that_says_what_to_do(register: Register) -> None:
+    def binary() -> dict[str, bytes]:
+        """Binary."""
+        return {"png": b"\x89PNG\xff\xfe"}
+
+    outcome = call(register(binary))
+
+    assert outcome.error is not None
+    assert (outcome.error.kind, outcome.error.type) == (ErrorKind.EXECUTION, "UnserializableResult")
+    assert "not UTF-8" in outcome.error.message and "base64" in outcome.error.message

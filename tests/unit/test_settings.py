@@ -1,4 +1,4 @@
-"""executor.settings: one frozen Settings object, built from TOOLEXEC_* variables."""
+"""wire.settings: one frozen Settings object, built from TOOLEXEC_* variables."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pydantic
 import pytest
 
 import executor
-from executor.errors import ConfigurationError, ToolexecError
-from executor.settings import ENVIRONMENT_VARIABLES, Settings
+from wire.errors import ConfigurationError, ToolexecError
+from wire.settings import ENVIRONMENT_VARIABLES, Settings
 
 
 def test_defaults_without_any_variable() -> None:
@@ -157,11 +157,11 @@ def test_settings_are_frozen() -> None:
 
 
 def test_no_other_module_reads_the_environment() -> None:
-    """Settings.from_env is the one place; launch.py only passes os.environ on to children."""
-    allowed = {"executor/settings.py", "executor/launch.py"}
+    """Settings.from_env is the one place; the ops launchers only pass os.environ on to children."""
+    allowed = {"wire/settings.py", "toolexec/worker_process.py", "toolexec/demo.py", "toolexec/cli.py"}
     root = Path(executor.__file__).parent.parent
     readers = []
-    for package in ("executor", "agent_client", "tasks"):
+    for package in ("wire", "executor", "agent_client", "tasks", "toolexec"):
         for path in sorted((root / package).rglob("*.py")):
             relative = path.relative_to(root).as_posix()
             for node in ast.walk(ast.parse(path.read_text(), relative)):

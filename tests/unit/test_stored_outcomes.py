@@ -7,7 +7,7 @@ import time
 import pytest
 
 from agent_client.stored import StoredOutcomes
-from executor.protocol import CallOutcome
+from wire.models import CallOutcome
 
 
 def outcome(n: int) -> CallOutcome:

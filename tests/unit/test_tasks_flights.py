@@ -1,20 +1,22 @@
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pydantic
 import pytest
 
 import tasks._settings
 from executor import get_tool
-from executor.protocol import CallRequest
 from executor.runner import execute
 from executor.schema import function_schema
-from executor.settings import Settings
 from tasks.flights import book_flight, ledger_path, list_bookings
+from wire.models import CallOutcome, CallRequest
+from wire.settings import Settings
 
 
 @pytest.fixture
@@ -73,6 +75,31 @@ def test_book_flight_run_by_a_worker_records_its_call_id_and_idempotency_key(
     assert (row["call_id"], row["idempotency_key"]) == ("call-1", "run-1:book_flight:abc")
 
 
+def test_a_second_run_under_the_same_idempotency_key_gets_the_first_booking_and_writes_none(
+    data_dir: Path,
+) -> None:
+    # An at-least-once call re-run after its worker died between the insert and storing
+    # its outcome: the key is a unique column, so the side effect happens once.
+    definition = get_tool("book_flight")
+    assert definition is not None
+
+    def run(call_id: str, key: str, passenger: str) -> CallOutcome:
+        request = CallRequest(
+            call_id=call_id, tool="book_flight", idempotency_key=key,
+            arguments={"flight_id": "AF1", "passenger": passenger},
+        )  # fmt: skip
+        return execute(request, definition=definition)
+
+    first = run("call-1", "run-1:book_flight:abc", "Marie Curie")
+    again = run("call-1", "run-1:book_flight:abc", "Marie Curie")
+    other = run("call-2", "run-1:book_flight:def", "Pierre Curie")
+
+    assert first.ok and again.ok and other.ok
+    assert again.result == first.result
+    rows = list_bookings(data_dir)
+    assert [row["booking_id"] for row in rows] == [first.result["booking_id"], other.result["booking_id"]]
+
+
 def test_the_ledger_lives_in_the_data_dir_and_uses_wal(data_dir: Path) -> None:
     book_flight("KL1001", "Niels Bohr")
 
@@ -100,6 +127,30 @@ def test_concurrent_bookings_from_many_connections_are_all_kept(data_dir: Path) 
     stored = [row["booking_id"] for row in list_bookings(data_dir)]
     assert sorted(stored) == sorted(booked)
     assert len(set(stored)) == 80
+
+
+def _book_in_a_fresh_process(args: tuple[str, int, Any]) -> list[str]:
+    folder, first, start = args
+    settings = Settings(data_dir=folder)
+    tasks._settings.settings = lambda: settings  # a spawned child: its own module state
+    start.wait()
+    return [book_flight("BA117", f"Passenger {n}")["booking_id"] for n in range(first, first + 20)]
+
+
+def test_processes_opening_a_new_ledger_at_once_keep_every_booking(data_dir: Path) -> None:
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager:
+        start = manager.Event()
+        with context.Pool(4) as pool:
+            pending = pool.map_async(
+                _book_in_a_fresh_process, [(str(data_dir), n * 20, start) for n in range(4)]
+            )
+            start.set()
+            booked = [booking for batch in pending.get(timeout=60) for booking in batch]
+
+    stored = [row["booking_id"] for row in list_bookings(data_dir)]
+    assert len(booked) == 80
+    assert sorted(stored) == sorted(booked)
 
 
 @pytest.mark.parametrize(

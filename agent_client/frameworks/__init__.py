@@ -1,0 +1,58 @@
+"""Framework adapters, one small module each, beside the core.
+
+Each maps its framework's run id, default deadline and error convention onto
+``RemoteTool.invoke``. The core imports an adapter only when asked for it
+(``RemoteTool.as_locus()``, ``as_tools()`` ...); each adapter imports its framework,
+an optional extra, and a missing extra raises :class:`MissingExtra` naming it.
+
+One rule for the run id, in every adapter, the first that applies:
+
+1. a run id given for this run: an object the run carries for the user (openai-agents'
+   ``context``, pydantic-ai's ``deps``) with a ``toolexec_run_id`` or ``run_id``
+   attribute or mapping key (:func:`carried_run_id`), LangChain's
+   ``configurable["toolexec_run_id"]`` or LangGraph's run id, MCP's ``_meta``;
+2. an enclosing :func:`~agent_client.run_scope`, so one scope can span several
+   framework runs;
+3. the framework's own run (a LazyBridge ``agent(...)``, locus's
+   ``ToolContext.run_id``, pydantic-ai's ``RunContext.run_id``, the openai-agents
+   trace, a LangGraph invocation, an MCP session).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping as _Mapping
+from types import ModuleType as _ModuleType
+
+__all__ = ["MissingExtra", "RUN_ID_FIELDS", "carried_run_id", "require"]
+
+#: The names under which a run's context object may carry the toolexec run, first wins.
+RUN_ID_FIELDS = ("toolexec_run_id", "run_id")
+
+
+class MissingExtra(ImportError):
+    """A framework adapter was asked for, but its optional extra is not installed."""
+
+
+def require(module: str, *, extra: str, framework: str) -> _ModuleType:
+    """Import ``module`` or raise :class:`MissingExtra` saying which extra to install."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtra(
+            f"{framework} support needs the toolexec[{extra}] extra: pip install 'toolexec[{extra}]' "
+            f"(could not import {module!r}: {exc})"
+        ) from exc
+
+
+def carried_run_id(carrier: object) -> str | None:
+    """The run id ``carrier`` names for toolexec, or None.
+
+    Read from its ``toolexec_run_id``, else its ``run_id``: a key of a mapping, an
+    attribute of anything else. None, a missing name and an empty string name no run.
+    """
+    for name in RUN_ID_FIELDS:
+        value = carrier.get(name) if isinstance(carrier, _Mapping) else getattr(carrier, name, None)
+        if value is not None and value != "":
+            return str(value)
+    return None

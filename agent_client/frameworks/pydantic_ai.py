@@ -1,0 +1,123 @@
+"""pydantic-ai integration: a :class:`RemoteTool` as a real ``pydantic_ai.Tool``.
+
+``Agent(model, tools=remote_tools().as_pydantic_ai())`` works because each proxy is
+built with ``Tool.from_schema`` from the catalog's JSON Schema. Its function is
+``async`` and takes the ``RunContext``, so pydantic-ai awaits it on its own loop and
+can cancel it; no thread is used per call.
+
+(a) Run id, the first that applies: 1. ``deps`` that carry one, as a
+``toolexec_run_id`` (else ``run_id``) attribute or mapping key
+(``agent.run(..., deps=Deps(toolexec_run_id="order-42"))``, or ``deps={"run_id": ...}``):
+your own id, e.g. to keep one run across a resumed conversation; 2. an enclosing
+``run_scope()``; 3. ``RunContext.run_id``: ``agent.run(..., run_id=...)`` or the fresh
+UUID7 pydantic-ai gives each run (inside a durable workflow, one derived from the
+workflow's run, so a re-executed run keeps its id). pydantic-ai cannot tell a given
+``run_id=`` from its own, so inside a ``run_scope()`` the scope wins over both. One
+``agent.run`` is one toolexec run: repeats within it share one execution, separate
+runs do not.
+
+(b) Deadline: toolexec enforces it, pydantic-ai does not race it (the Tool's own
+timeout is :data:`NO_LIMIT`). The framework level is the ``timeout`` of the
+``FunctionToolset`` holding the Tool: ``Agent(tool_timeout=)`` or
+``FunctionToolset(tools, timeout=)``. Precedence: ``remote_tool(timeout=)`` > that
+toolset timeout > ``remote_tools(default_timeout=)`` > ``@tool(timeout=)`` > settings.
+
+(c) Errors: a timeout, invalid arguments (refused before sending; the text names each
+field), a remote exception (``tool 'x' failed: <RemoteType>: <message>``), a lost
+worker or a vanished tool are raised as ``ModelRetry``: the model is shown the text as
+a retried tool result and the run goes on. Each costs one of the tool's
+:data:`MAX_RETRIES` (pydantic-ai resets the count when the tool succeeds); past them
+pydantic-ai ends the run with ``UnexpectedModelBehavior``. ``BrokerUnavailable`` is
+not the model's to fix: it propagates and ends the run.
+
+This module imports pydantic-ai (the ``toolexec[pydantic-ai]`` extra); nothing imports
+it until ``as_pydantic_ai()`` is called.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from agent_client.deadline import NOT_SET, Timeout
+from agent_client.errors import BrokerUnavailable, RemoteToolError, ToolTimeoutError
+from agent_client.frameworks import carried_run_id, require
+from agent_client.scope import current_run_id
+
+require("pydantic_ai", extra="pydantic-ai", framework="pydantic-ai")
+
+from pydantic_ai import ModelRetry, RunContext, Tool
+from pydantic_ai.toolsets import FunctionToolset, WrapperToolset
+
+if TYPE_CHECKING:
+    from agent_client.remote import RemoteTool
+
+__all__ = ["MAX_RETRIES", "NO_LIMIT", "pydantic_ai_tool", "retry_message", "run_id_for"]
+
+#: Retries pydantic-ai allows each remote tool (its own default is 1).
+MAX_RETRIES = 3
+
+#: The Tool's own pydantic-ai timeout, a year: toolexec's deadline is the one that fires.
+NO_LIMIT = 365 * 24 * 3600.0
+
+
+def pydantic_ai_tool(remote: RemoteTool, *, max_retries: int = MAX_RETRIES) -> Tool[Any]:
+    """Build the ``pydantic_ai.Tool`` that runs ``remote`` on a worker.
+
+    Args:
+        remote: The proxy to run.
+        max_retries: How many ``ModelRetry`` results pydantic-ai allows the tool.
+    """
+    tool: Tool[Any]
+
+    async def call(ctx: RunContext[Any], **arguments: Any) -> Any:
+        framework = _toolset_timeout(ctx, tool)
+        try:
+            return await remote.invoke(arguments, run_id=run_id_for(ctx), framework_timeout=framework)
+        except BrokerUnavailable:
+            raise
+        except RemoteToolError as exc:
+            raise ModelRetry(retry_message(remote, exc)) from exc
+
+    tool = Tool.from_schema(
+        call, remote.name, remote.description, remote.parameters, takes_ctx=True
+    )
+    tool.max_retries = max_retries
+    tool.timeout = NO_LIMIT
+    return tool
+
+
+def retry_message(remote: RemoteTool, error: RemoteToolError) -> str:
+    """The text the model is shown for ``error``: its message, with a hint for timeouts."""
+    if not isinstance(error, ToolTimeoutError):
+        return str(error)
+    if remote.idempotent:
+        return f"{error}; calling it again with the same arguments waits for the same execution."
+    return f"{error}; the call was abandoned. Call it again or carry on without it."
+
+
+def run_id_for(ctx: RunContext[Any]) -> str | None:
+    """The toolexec run of a tool call; None defers to the enclosing ``run_scope()``."""
+    carried = carried_run_id(ctx.deps)
+    if carried is not None:
+        return carried
+    if current_run_id() is not None:
+        return None
+    return ctx.run_id or None
+
+
+def _toolset_timeout(ctx: RunContext[Any], tool: Tool[Any]) -> Timeout:
+    """The timeout of the FunctionToolset holding ``tool`` in this run, or NOT_SET.
+
+    pydantic-ai keeps it on the toolset (the agent's own one for ``Agent(tool_timeout=)``),
+    not on the context; the run step's tool manager leads to it through any wrappers
+    (prefixed, renamed, ...).
+    """
+    manager = ctx.tool_manager
+    held = manager.tools if manager is not None and manager.tools is not None else {}
+    for candidate in held.values():
+        toolset = candidate.toolset
+        while isinstance(toolset, WrapperToolset):
+            toolset = toolset.wrapped
+        if isinstance(toolset, FunctionToolset) and any(t is tool for t in toolset.tools.values()):
+            return NOT_SET if toolset.timeout is None else toolset.timeout
+    return NOT_SET

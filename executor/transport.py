@@ -1,0 +1,440 @@
+"""kombu's Redis transport, refusing a queue item it cannot read instead of dying on it.
+
+kombu's Redis channel pops an item with ``BRPOP`` and decodes it in the worker's main
+process (``Channel._brpop_read``: ``loads(bytes_to_str(item))``), then builds a
+message from it (``virtual.Message.__init__``: ``payload['properties']``, the body's
+``body_encoding``). Any exception there (one ``LPUSH 'garbage'`` is enough) leaves
+the worker's event loop and stops the worker. This transport, selected through
+Celery's ``broker_transport`` setting (:mod:`executor.celery_app`), differs in two
+places:
+
+* :class:`Channel` reads each popped item through :meth:`Channel._accept_item`: too
+  large, not UTF-8 JSON, or not kombu's envelope, and it is dead-lettered
+  (:mod:`executor.deadletter`) and dropped, and the loop goes on;
+* its :class:`Message` raises :class:`RefusedItem` for an envelope it cannot build;
+  the channel catches that around the delivery and dead-letters the item.
+
+kombu offers no hook between ``BRPOP`` and ``loads``, so ``_brpop_read`` is kombu
+5.7.0's, copied with the one call to ``loads`` replaced;
+``tests/worker/test_poison_transport.py`` pins the copied source and fails when
+kombu changes it. The item stays in memory with its message
+(``Message.toolexec_origin``), so a refusal later in the main process records the
+exact bytes that were on the queue.
+
+A third difference: when the worker's broker connection breaks (Redis restarts), kombu
+puts the messages the worker had taken but not acknowledged (prefetched calls not yet
+started) back on their queues at once, and, Redis being down at that moment, logs
+"UNABLE TO RESTORE" and loses them. :meth:`Channel._restore` keeps trying for
+:data:`RESTORE_PATIENCE` seconds, each put-back at most once (:data:`wire.scripts.PUSH_ONCE`
+under :func:`wire.keys.restored`), so a put-back whose reply was lost is not queued twice.
+
+A fourth: one wake-up takes many messages. kombu sends one ``BRPOP`` per message, and
+each is a round trip and several system calls in the worker's main process, which also
+runs Celery's consumer (on the asyncio pool, every system call is then a wait for the
+GIL the loop thread holds). :meth:`Channel._brpop_start` sends ``BLMPOP ... RIGHT COUNT
+n`` instead (Redis 7.0): it blocks like ``BRPOP`` and pops, from the first queue that
+has any, up to ``n`` messages in the same order ``BRPOP`` would. ``n`` is the room
+prefetch leaves (``qos.can_consume_max_estimate()``, at most :data:`BATCH_MAX`), so the
+worker never holds more than its prefetch count, and each message is delivered, one
+after another, exactly as one from ``BRPOP``. What changes is only the window between
+popping a message and handing it to Celery, which now spans the messages of one read:
+
+* with kombu's ack emulation off (the default), a message popped is held only in the
+  worker's memory either way, until it is acknowledged: a worker killed in that window
+  loses it, and the client's watchdog notices the call neither queued nor held, as for a
+  message delivered but not yet recorded (docs/guarantees.md). So does a read whose
+  reply Redis sent as the connection broke: one message with ``BRPOP``, up to
+  :data:`BATCH_MAX` with ``BLMPOP``;
+* with ack emulation on, kombu records each message in its unacknowledged hash as it is
+  delivered; so that no more than one popped message is ever outside that hash, the
+  channel reads one ``BRPOP`` at a time, as kombu does;
+* if delivering one message of a read raises (the broker connection broke, and Celery's
+  consumer must restart), the messages after it are put back on their queue, each once
+  (:data:`wire.scripts.PUSH_ONCE` under :func:`wire.keys.restored` of the item's
+  SHA-256), trying for :data:`RESTORE_PATIENCE` seconds, like the put-back above.
+
+A server that refuses ``BLMPOP`` (older than 7.0, or an ACL without it) is read with
+``BRPOP`` from then on, after one WARNING; so is a channel with a ``global_keyprefix``,
+and one whose ``can_consume`` Celery replaced (``worker_disable_prefetch``: one message
+whenever a pool slot is free).
+
+Only the worker's path is guarded: ``basic_get`` (``Channel._get``), which a worker
+never uses, still decodes as kombu does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Sequence
+from queue import Empty
+from typing import Any
+
+import redis
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import dumps, loads
+
+from executor.deadletter import Refusal, dead_letter, describe
+from executor.redis_client import redis_client_for_url, retry_pauses
+from wire import keys
+from wire.scripts import PUSH_ONCE
+
+__all__ = [
+    "BATCH_MAX",
+    "BROKER_URL_OPTION",
+    "MAX_ITEM_OPTION",
+    "REDIS_URL_OPTION",
+    "RESTORE_PATIENCE",
+    "Channel",
+    "Message",
+    "RefusedItem",
+    "Transport",
+    "envelope_problem",
+]
+
+#: Transport option: the Redis that holds toolexec's keys (the dead-letter list).
+REDIS_URL_OPTION = "toolexec_redis_url"
+#: Transport option: the largest item, in bytes, a worker reads from a queue.
+MAX_ITEM_OPTION = "toolexec_max_item_bytes"
+#: Transport option: the broker's URL, for putting messages back after the channel's
+#: own connection is gone (:meth:`Channel._restore`).
+BROKER_URL_OPTION = "toolexec_broker_url"
+#: Seconds a worker keeps trying to put back the messages it had taken when its broker
+#: connection broke.
+RESTORE_PATIENCE = 10.0
+#: Most messages one read (``BLMPOP``) takes; fewer when prefetch leaves less room. A
+#: read's messages are handed to Celery one after another in one turn of the consumer's
+#: event loop, so this bounds how long a turn lasts.
+BATCH_MAX = 100
+
+logger = logging.getLogger(__name__)
+
+
+class RefusedItem(Exception):
+    """A queue item the channel will not deliver; ``detail`` never quotes it."""
+
+    def __init__(self, reason: Refusal, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def envelope_problem(payload: Any, channel: Any) -> str:
+    """What keeps ``payload`` from being kombu's Redis envelope; "" when nothing does.
+
+    Checks what building and acknowledging the message reads, so neither can fail.
+    """
+    if not isinstance(payload, dict):
+        return "not a JSON object"
+    properties = payload.get("properties")
+    if not isinstance(properties, dict):
+        return "no properties object"
+    tag = properties.get("delivery_tag")
+    if not isinstance(tag, str) or not tag:
+        return "no delivery tag string"
+    info = properties.get("delivery_info")
+    if not (
+        isinstance(info, dict)
+        and isinstance(info.get("exchange"), str)
+        and isinstance(info.get("routing_key"), str)
+    ):
+        return "no delivery_info with exchange and routing_key strings"
+    encoding = properties.get("body_encoding")
+    if encoding is not None and not (
+        isinstance(encoding, str) and (encoding.lower() == "utf-8" or encoding in channel.codecs)
+    ):
+        return "an unknown body_encoding"
+    if not isinstance(payload.get("body"), str):
+        return "no body string"
+    if not isinstance(payload.get("headers"), dict | None):
+        return "headers that are not an object"
+    for field in ("content-type", "content-encoding"):
+        if not isinstance(payload.get(field), str | None):
+            return f"a {field} that is not a string"
+    return ""
+
+
+class Message(virtual.Message):
+    """kombu's message, built only from a well-formed envelope.
+
+    Raises:
+        RefusedItem: The envelope is malformed, or its body does not decode.
+    """
+
+    def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
+        problem = envelope_problem(payload, channel)
+        if problem:
+            raise RefusedItem(Refusal.NOT_AN_ENVELOPE, problem)
+        try:
+            super().__init__(payload, channel=channel, **kwargs)  # type: ignore[no-untyped-call]
+        except Exception as exc:  # noqa: BLE001 - base64 and the like; refused
+            raise RefusedItem(
+                Refusal.NOT_AN_ENVELOPE, f"the body does not decode ({describe(exc)})"
+            ) from None
+        #: (queue, item) as popped, while the channel delivers it; None otherwise.
+        self.toolexec_origin: tuple[str, bytes] | None = getattr(
+            channel, "_toolexec_delivering", None
+        )
+
+
+class Channel(kombu_redis.Channel):
+    """kombu's Redis channel that refuses an item it cannot read instead of raising."""
+
+    Message = Message
+    from_transport_options = (  # type: ignore[assignment]  # kombu types its own tuple's length
+        *kombu_redis.Channel.from_transport_options, REDIS_URL_OPTION, MAX_ITEM_OPTION,
+        BROKER_URL_OPTION,
+    )  # fmt: skip
+
+    toolexec_redis_url: str | None = None
+    toolexec_broker_url: str | None = None
+    toolexec_max_item_bytes: int | None = None
+    _toolexec_delivering: tuple[str, bytes] | None = None
+    #: False once the server refused ``BLMPOP``: read with ``BRPOP`` from then on.
+    _toolexec_blmpop = True
+    #: How many messages the read under way asked for; 0 while it is kombu's ``BRPOP``.
+    _toolexec_asked = 0
+
+    def _brpop_start(self, timeout: int | None = None) -> None:
+        """Wait for messages: ``BLMPOP`` for as many as prefetch leaves room for, else ``BRPOP``.
+
+        kombu 5.7.0's ``Channel._brpop_start`` with another command; pinned by a test.
+        """
+        count = self._batch_size()
+        if count <= 1:
+            self._toolexec_asked = 0
+            super()._brpop_start(timeout)  # type: ignore[no-untyped-call]
+            return
+        if timeout is None:
+            timeout = self.brpop_timeout
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return
+        lists = [self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]  # type: ignore[no-untyped-call]
+        self._in_poll = self.client.connection
+        self._brpop_sent_at = time.monotonic()  # type: ignore[assignment]  # kombu: None until sent
+        self._toolexec_asked = count
+        self.client.connection.send_command(
+            "BLMPOP", timeout or 0, len(lists), *lists, "RIGHT", "COUNT", count
+        )
+
+    def _batch_size(self) -> int:
+        """How many messages the next read may take (1: kombu's one ``BRPOP``)."""
+        if self.ack_emulation or self.global_keyprefix or not self._toolexec_blmpop:
+            return 1
+        if "can_consume" in vars(self.qos):
+            # Celery's worker_disable_prefetch replaces the channel's can_consume with a
+            # check of the pool's free slots, which only one message per read respects.
+            return 1
+        room = self.qos.can_consume_max_estimate()
+        return BATCH_MAX if room is None else max(1, min(int(room), BATCH_MAX))
+
+    def _blmpop_read(self, **options: Any) -> bool:
+        """Read the reply of ``BLMPOP`` and deliver its messages, as ``_brpop_read`` does one."""
+        try:
+            try:
+                reply = self.client.parse_response(self.client.connection, "BLMPOP", **options)
+            except self.connection_errors:
+                # As kombu: disconnect, so the next iteration reconnects.
+                self.client.connection.disconnect()
+                raise
+            except redis.ResponseError as exc:  # an unknown command, or an ACL without it
+                self._toolexec_blmpop = False
+                logger.warning(
+                    "the broker refused BLMPOP (%s): reading one message per BRPOP",
+                    str(exc).split("\n", 1)[0][:200],
+                )
+                raise Empty() from None
+            if not reply:
+                raise Empty()
+            popped_from, items = reply
+            popped_from = bytes_to_str(popped_from)  # type: ignore[no-untyped-call]
+            dest = popped_from.rsplit(self.sep, 1)[0]
+            self._queue_cycle.rotate(dest)
+            self._deliver_items(items, dest, popped_from)
+            return True
+        finally:
+            self._in_poll = None  # type: ignore[assignment]
+            self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
+
+    def _deliver_items(self, items: Sequence[bytes], queue: str, popped_from: str) -> None:
+        """Deliver each item of ``queue`` in turn; if one raises, put the items after it back."""
+        for index, item in enumerate(items):
+            try:
+                self._deliver_item(item, queue)
+            except BaseException:
+                self._put_back_unread(items[index + 1 :], popped_from)
+                raise
+
+    def _put_back_unread(self, items: Sequence[bytes], queue: str) -> None:
+        """Put items a read took from the list ``queue`` but never delivered back, each once."""
+        if not items:
+            return
+        once = [keys.restored(hashlib.sha256(item).hexdigest(), queue) for item in items]
+        pauses = retry_pauses(RESTORE_PATIENCE)
+        while True:
+            try:
+                if self.toolexec_broker_url is None:
+                    with self.conn_or_acquire() as client:
+                        _push_once(client, queue, once, items)
+                else:
+                    _push_once(redis_client_for_url(self.toolexec_broker_url), queue, once, items)
+                return
+            except self.connection_errors:
+                pause = next(pauses, None)
+                if pause is None:
+                    logger.error(
+                        "could not put back %d messages taken from %s: the broker stayed away",
+                        len(items), queue,
+                    )  # fmt: skip
+                    return
+                time.sleep(pause)
+
+    # kombu 5.7.0's Channel._brpop_read, with ``self.connection._deliver(loads(...))``
+    # replaced by ``self._deliver_item(item, dest)``, after the turn to the batched read
+    # when BLMPOP is under way. Pinned by a test; keep in step.
+    def _brpop_read(self, **options: Any) -> bool:
+        if self._toolexec_asked:
+            self._toolexec_asked = 0
+            return self._blmpop_read(**options)
+        try:
+            try:
+                dest__item = self.client.parse_response(self.client.connection, "BRPOP", **options)
+            except self.connection_errors:
+                # if there's a ConnectionError, disconnect so the next
+                # iteration will reconnect automatically.
+                self.client.connection.disconnect()
+                raise
+            if dest__item:
+                dest, item = dest__item
+                dest = bytes_to_str(dest).rsplit(self.sep, 1)[0]  # type: ignore[no-untyped-call]
+                self._queue_cycle.rotate(dest)
+                self._deliver_item(item, dest)
+                return True
+            else:
+                raise Empty()
+        finally:
+            self._in_poll = None  # type: ignore[assignment]
+            # The BRPOP connection is now idle: the moment to flush a pending re-auth token.
+            self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
+
+    def _deliver_item(self, item: bytes, queue: str) -> None:
+        """Decode ``item`` and deliver it, or dead-letter it if it cannot be read."""
+        payload = self._accept_item(item, queue)
+        if payload is None:
+            return
+        self._toolexec_delivering = (queue, item)
+        try:
+            self.connection._deliver(payload, queue)
+        except RefusedItem as refused:
+            self._refuse(refused.reason, queue, item, refused.detail)
+        finally:
+            self._toolexec_delivering = None
+
+    def _accept_item(self, item: bytes, queue: str) -> Any:
+        """The decoded item, or None after refusing it (too large, not UTF-8 JSON)."""
+        limit = self.toolexec_max_item_bytes
+        if limit is not None and len(item) > int(limit):
+            self._refuse(Refusal.TOO_LARGE, queue, item, f"larger than {int(limit)} bytes")
+            return None
+        try:
+            return _envelope_loads(bytes_to_str(item))  # type: ignore[no-untyped-call]
+        except Exception as exc:  # noqa: BLE001 - not UTF-8, not JSON, nested too deep: refused
+            self._refuse(Refusal.NOT_JSON, queue, item, type(exc).__name__)
+            return None
+
+    def close(self) -> None:
+        """Close the channel, and the connections the put-backs made while it closed."""
+        super().close()  # type: ignore[no-untyped-call]
+        # kombu puts back what was taken after it disconnected the channel's pools: an
+        # exchange lookup then made a new one, which nothing else would close.
+        self._disconnect_pools()  # type: ignore[no-untyped-call]
+
+    def _restore(self, message: Any, leftmost: bool = False) -> None:
+        """Put a taken message back on its queues, once, trying while Redis is away."""
+        if self.ack_emulation:  # kombu's own transaction on its unacked hash
+            super()._restore(message, leftmost)  # type: ignore[no-untyped-call]
+            return
+        info = message.delivery_info
+        exchange, routing_key = info["exchange"], info["routing_key"]
+        payload = message.serializable()
+        payload["redelivered"] = True
+        envelope = dumps(payload)  # type: ignore[no-untyped-call]
+        priority = self._get_message_priority(payload, reverse=False)  # type: ignore[no-untyped-call]
+        pauses = retry_pauses(RESTORE_PATIENCE)
+        while True:
+            try:
+                # A toolexec call goes to the default exchange: its queue is its routing
+                # key, no binding to read. kombu restores as the consumer restarts, when
+                # the channel's own connection may already be gone: put back through
+                # this process's client of the broker.
+                queues = [routing_key] if not exchange else self._lookup(exchange, routing_key)  # type: ignore[no-untyped-call]
+                if self.toolexec_broker_url is None:
+                    with self.conn_or_acquire() as client:
+                        self._put_back_once(client, queues, priority, message.delivery_tag, envelope)
+                else:
+                    client = redis_client_for_url(self.toolexec_broker_url)
+                    self._put_back_once(client, queues, priority, message.delivery_tag, envelope)
+                return
+            except self.connection_errors:
+                pause = next(pauses, None)
+                if pause is None:
+                    raise
+                time.sleep(pause)
+
+    def _put_back_once(
+        self, client: redis.Redis, queues: list[str], priority: int, tag: object, envelope: str
+    ) -> None:
+        for queue in queues:
+            PUSH_ONCE.run(
+                client,
+                [self._q_for_pri(queue, priority), keys.restored(str(tag), queue)],  # type: ignore[no-untyped-call]
+                [keys.RESTORED_TTL * 1000, envelope],
+            )
+
+    def _refuse(self, reason: Refusal, queue: str, item: bytes, detail: str) -> None:
+        if self.toolexec_redis_url:
+            dead_letter(
+                redis_client_for_url(self.toolexec_redis_url),
+                reason,
+                queue=queue,
+                payload=item,
+                detail=detail,
+            )
+            return
+        try:
+            with self.conn_or_acquire() as client:
+                dead_letter(client, reason, queue=queue, payload=item, detail=detail)
+        except redis.RedisError:  # dead_letter never raises; acquiring may
+            pass
+
+
+def _envelope_loads(text: str) -> Any:
+    """kombu's ``loads(text)``, without its per-object hook where it cannot apply.
+
+    kombu's JSON hook turns an object whose keys are exactly ``__type__`` and
+    ``__value__`` into the value it encodes (a datetime, a UUID); every other object
+    stays as it is. Without the text ``__type__`` and without a ``\\u`` escape (which
+    could spell it), no object has that key, and the standard library's decoder gives the
+    same value without calling the hook once per object.
+    """
+    if "__type__" in text or "\\u" in text:
+        return loads(text)  # type: ignore[no-untyped-call]
+    return json.loads(text)
+
+
+def _push_once(client: redis.Redis, queue: str, once: list[str], items: Sequence[bytes]) -> None:
+    args: list[Any] = []
+    for item in items:
+        args += [keys.RESTORED_TTL * 1000, item]
+    PUSH_ONCE.run(client, [queue, *once], args)
+
+
+class Transport(kombu_redis.Transport):
+    """kombu's Redis transport with :class:`Channel`: ``broker_transport`` names it."""
+
+    Channel = Channel

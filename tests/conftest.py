@@ -1,0 +1,72 @@
+"""What every test shares: the logging configuration one test must not leave to the next,
+and the check that a test module leaves no client running and nothing unclosed."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import tracemalloc
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from agent_client.io import THREAD_NAME
+
+#: The root logger's level as the session starts, before any fixture changed it.
+_ROOT_LEVEL = logging.getLogger().level
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_level_restored() -> Iterator[None]:
+    """Run each test with the root logger at the session's starting level.
+
+    Starting pytest-celery's in-process worker (a session fixture, set up before this
+    one) sets it to the worker's level (ERROR), and the rest of the session would then
+    capture no warning at all: a test that looks for the client's warnings in
+    ``caplog`` would see an empty log.
+    """
+    root = logging.getLogger()
+    root.setLevel(_ROOT_LEVEL)
+    yield
+    root.setLevel(_ROOT_LEVEL)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _nothing_left_unclosed() -> Iterator[None]:
+    """Fail the module that left a client running, or anything open to the collector.
+
+    A client's I/O thread still running after the module's own fixtures closed theirs
+    belongs to a client nobody closed (``ToolClient.close``). And Python warns
+    (``ResourceWarning``) when the garbage collector finds a socket, a transport or an
+    event loop still open, from ``__del__``, whenever a collection happens to run: on
+    some later test, where ``filterwarnings = error`` would blame the wrong one.
+    Collecting here names the module that leaked; with ``PYTHONTRACEMALLOC=20`` the
+    failure shows where each object was made.
+    """
+    before = set(_io_threads())
+    yield
+    for thread in _io_threads():
+        if thread not in before:
+            thread.join(5.0)  # a client closed under load may still be closing its loop
+    running = [thread for thread in _io_threads() if thread not in before]
+    if running:
+        pytest.fail(f"{len(running)} agent client(s) left running: close every ToolClient the module made", pytrace=False)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", ResourceWarning)
+        gc.collect()
+        gc.collect()  # what the first collection's finalizers let go
+    leaks = [warning for warning in seen if issubclass(warning.category, ResourceWarning)]
+    if leaks:
+        pytest.fail("left to the garbage collector:\n" + "\n".join(_describe(w) for w in leaks), pytrace=False)
+
+
+def _io_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == THREAD_NAME]
+
+
+def _describe(warning: warnings.WarningMessage) -> str:
+    made = tracemalloc.get_object_traceback(warning.source) if warning.source is not None else None
+    where = "\n".join(made.format()) if made is not None else "  (set PYTHONTRACEMALLOC=20 to see where it was made)"
+    return f"- {warning.message}\n{where}"

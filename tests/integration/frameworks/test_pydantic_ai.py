@@ -1,0 +1,374 @@
+"""A real pydantic-ai ``Agent`` whose tools run on a real worker.
+
+The model is pydantic-ai's own ``FunctionModel``, driven by a script of exact tool
+calls, so every test runs offline and says which calls the model made. Each promise is
+checked for a single ``remote_tool(...).as_pydantic_ai()`` and for the whole catalogue
+(``remote_tools().as_pydantic_ai()``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import pytest
+import redis
+from pydantic_ai import Agent, Tool
+from pydantic_ai.exceptions import UnexpectedModelBehavior
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.toolsets import FunctionToolset
+
+from agent_client import (
+    BrokerUnavailable,
+    RemoteTool,
+    ToolClient,
+    remote_tool,
+    remote_tools,
+    run_scope,
+)
+from agent_client.deadline import NOT_SET, Timeout
+from agent_client.frameworks.pydantic_ai import MAX_RETRIES
+from tests.integration.frameworks.examples import assert_example_prints_its_docstring
+from tests.integration.polling import wait_until
+from toolexec import WorkerProcess
+from wire.settings import Settings
+
+KINDS = ["remote_tool", "remote_tools"]
+
+#: One model turn: the tool calls it makes (run concurrently by pydantic-ai), or its final text.
+Step = list[tuple[str, dict[str, Any]]] | str
+
+
+def scripted(*steps: Step) -> FunctionModel:
+    """pydantic-ai's FunctionModel answering turn ``n`` with ``steps[n]``."""
+
+    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        step = steps[sum(isinstance(m, ModelResponse) for m in messages)]
+        if isinstance(step, str):
+            return ModelResponse(parts=[TextPart(step)])
+        return ModelResponse(parts=[ToolCallPart(name, args) for name, args in step])
+
+    return FunctionModel(respond)
+
+
+def tools(kind: str, name: str, *, timeout: Timeout = NOT_SET) -> list[Tool[Any]]:
+    """``name`` as one proxy, or the whole catalogue with ``timeout`` as its default."""
+    if kind == "remote_tool":
+        return [remote_tool(name, timeout=timeout).as_pydantic_ai()]
+    catalogue: list[Tool[Any]] = remote_tools(default_timeout=timeout).as_pydantic_ai()
+    assert name in {t.name for t in catalogue}
+    return catalogue
+
+
+class Shown(NamedTuple):
+    """A tool result the model was shown: pydantic-ai's outcome and the content."""
+
+    outcome: str
+    content: Any
+
+
+def returns(result: AgentRunResult[Any]) -> list[Shown]:
+    """Every tool result the model was shown, in order."""
+    parts = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
+    return [Shown(p.outcome, p.content) for p in parts]
+
+
+def run(agent: Agent[None, str], **options: Any) -> AgentRunResult[str]:
+    return agent.run_sync("go", **options)
+
+
+def counted(runs: tuple[str, redis.Redis]) -> int:
+    counter, client = runs
+    value = client.get(counter)
+    return 0 if value is None else int(value)
+
+
+# -- 1. validation in the proxy ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_bad_call_is_refused_before_sending_and_the_model_is_told_which_field_to_fix(
+    kind: str, framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    counter, _ = runs
+    model = scripted(
+        [("idem_count", {"counter": counter, "seconds": "slow"})],
+        [("idem_count", {"counter": counter})],
+        "fixed",
+    )
+    agent = Agent(model, tools=tools(kind, "idem_count"))
+
+    result = run(agent)
+
+    refused, accepted = returns(result)
+    assert refused.outcome == "retried"
+    assert refused.content.startswith("invalid arguments for tool 'idem_count': seconds")
+    assert accepted.outcome == "success" and accepted.content["runs"] == 1
+    assert counted(runs) == 1  # the refused call never reached the worker
+    assert result.output == "fixed"
+
+
+# -- 2. deadline precedence --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "tool", "proxy", "agent_timeout", "limit"),
+    [
+        ("remote_tool", "call_context", NOT_SET, 4.0, 4.0),
+        ("remote_tool", "call_context", 9.0, 4.0, 9.0),
+        ("remote_tool", "call_context", NOT_SET, None, 60.0),
+        ("remote_tools", "call_context", NOT_SET, 4.0, 4.0),
+        ("remote_tools", "call_context", 9.0, 4.0, 4.0),
+        ("remote_tools", "call_context", 9.0, None, 9.0),
+        ("remote_tools", "call_context", NOT_SET, None, 60.0),
+        ("remote_tools", "own_deadline", 9.0, None, 9.0),
+        ("remote_tool", "own_deadline", NOT_SET, 4.0, 4.0),
+        ("remote_tool", "own_deadline", NOT_SET, None, 7.0),
+        ("remote_tools", "own_deadline", NOT_SET, None, 7.0),
+    ],
+    ids=[
+        "agent-tool-timeout-is-the-framework-default",
+        "remote-tool-timeout-wins-over-the-agents",
+        "settings-default-without-either",
+        "catalogue-under-agent-tool-timeout",
+        "agent-tool-timeout-wins-over-remote-tools-default",
+        "remote-tools-default-without-an-agent-timeout",
+        "catalogue-settings-default",
+        "remote-tools-default-wins-over-the-tools-own",
+        "agent-tool-timeout-wins-over-the-tools-own",
+        "the-tools-own-when-nothing-above-is-set",
+        "catalogue-the-tools-own-when-nothing-above-is-set",
+    ],
+)
+def test_the_remote_deadline_follows_toolexecs_precedence_with_the_agents_tool_timeout_as_framework_level(
+    kind: str,
+    tool: str,
+    proxy: Timeout,
+    agent_timeout: float | None,
+    limit: float,
+    framework_client: ToolClient,
+) -> None:
+    model = scripted([(tool, {})], "done")
+    agent = Agent(model, tools=tools(kind, tool, timeout=proxy), tool_timeout=agent_timeout)
+
+    (shown,) = returns(run(agent))
+
+    assert limit - 1.0 < shown.content["time_left"] <= limit
+
+
+def test_a_function_toolsets_timeout_reaches_tools_behind_a_prefix(
+    framework_client: ToolClient,
+) -> None:
+    toolset = FunctionToolset(remote_tools().as_pydantic_ai(), timeout=4.0).prefixed("remote")
+    agent = Agent(scripted([("remote_call_context", {})], "done"), toolsets=[toolset])
+
+    (shown,) = returns(run(agent))
+
+    assert 3.0 < shown.content["time_left"] <= 4.0
+
+
+# -- 3. one agent run is one toolexec run ------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_repeats_within_one_run_share_one_execution_whether_concurrent_or_later(
+    kind: str, framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    args = {"counter": runs[0]}
+    model = scripted([("idem_count", args), ("idem_count", args)], [("idem_count", args)], "done")
+    agent = Agent(model, tools=tools(kind, "idem_count"))
+
+    result = run(agent)
+
+    shown = [part.content for part in returns(result)]
+    assert len(shown) == 3
+    assert {r["token"] for r in shown} == {shown[0]["token"]}
+    assert {r["runs"] for r in shown} == {1}
+    assert {r["run_id"] for r in shown} == {result.run_id}
+    assert counted(runs) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_separate_agent_runs_do_not_share_executions(
+    kind: str, framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    model = scripted([("idem_count", {"counter": runs[0]})], "done")
+    agent = Agent(model, tools=tools(kind, "idem_count"))
+
+    first, second = run(agent), run(agent)
+
+    (one,), (two,) = [[p.content for p in returns(r)] for r in (first, second)]
+    assert (one["runs"], two["runs"]) == (1, 2)
+    assert one["token"] != two["token"]
+    assert (one["run_id"], two["run_id"]) == (first.run_id, second.run_id)
+    assert counted(runs) == 2
+
+
+def test_the_run_id_given_to_agent_run_is_the_toolexec_run_id(framework_client: ToolClient) -> None:
+    agent = Agent(
+        scripted([("call_context", {})], "done"), tools=tools("remote_tool", "call_context")
+    )
+
+    (shown,) = returns(run(agent, run_id="order-42"))
+
+    assert shown.content["run_id"] == "order-42"
+
+
+@dataclass
+class Deps:
+    """What a pydantic-ai user hands ``agent.run(deps=...)``: their own things, and the run."""
+
+    user: str
+    toolexec_run_id: str
+
+
+@pytest.mark.parametrize(
+    "deps", [Deps(user="ada", toolexec_run_id="order-42"), {"run_id": "order-42"}], ids=["attribute", "key"]
+)
+def test_deps_that_carry_a_run_id_name_the_run_across_agent_runs_and_over_a_run_scope(
+    deps: object, framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    model = scripted([("idem_count", {"counter": runs[0]})], "done")
+    agent: Agent[Any, str] = Agent(model, tools=tools("remote_tool", "idem_count"), deps_type=type(deps))
+
+    first = agent.run_sync("go", deps=deps)
+    with run_scope("an-outer-scope"):
+        second = agent.run_sync("go", deps=deps)
+
+    (one,), (two,) = [[p.content for p in returns(r)] for r in (first, second)]
+    assert one["run_id"] == two["run_id"] == "order-42"
+    assert two["token"] == one["token"]
+    assert counted(runs) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_enclosing_run_scope_spans_two_agent_runs(
+    kind: str, framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    model = scripted([("idem_count", {"counter": runs[0]})], "done")
+    agent = Agent(model, tools=tools(kind, "idem_count"))
+
+    with run_scope() as run_id:
+        first, second = run(agent), run(agent, run_id="given-to-the-run")
+
+    (one,), (two,) = [[p.content for p in returns(r)] for r in (first, second)]
+    assert one["run_id"] == two["run_id"] == run_id
+    assert two["token"] == one["token"]
+    assert counted(runs) == 1
+
+
+# -- 4. timeouts and errors, as pydantic-ai shows them ------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_timeout_is_a_retry_naming_the_tool_and_the_run_goes_on_with_no_thread_left(
+    kind: str, framework_client: ToolClient
+) -> None:
+    # The client's one reply listener starts with its first call; count threads after it.
+    remote_tool("probe_echo").invoke_sync({"text": "warm", "number": 1})
+    threads = threading.active_count()
+    proxy = 0.3 if kind == "remote_tool" else NOT_SET
+    framework = None if kind == "remote_tool" else 0.3
+    model = scripted([("probe_sleep", {"seconds": 2})], "carried on")
+    agent = Agent(model, tools=tools(kind, "probe_sleep", timeout=proxy), tool_timeout=framework)
+
+    started = time.monotonic()
+    result = run(agent)
+    elapsed = time.monotonic() - started
+
+    (shown,) = returns(result)
+    assert shown.outcome == "retried"
+    assert shown.content == (
+        "tool 'probe_sleep' timed out after 0.3s; the call was abandoned. Call it again or carry on without it."
+    )
+    assert result.output == "carried on"
+    assert elapsed < 2.0  # answered before the 2 s tool could have finished
+    assert wait_until(lambda: threading.active_count() <= threads, timeout=5), threading.enumerate()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_retry_after_a_timeout_waits_for_the_same_execution(
+    kind: str, framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    args = {"counter": runs[0], "seconds": 2.0}
+    proxy = 1.5 if kind == "remote_tool" else NOT_SET
+    framework = None if kind == "remote_tool" else 1.5
+    model = scripted([("idem_count", args)], [("idem_count", args)], "done")
+    agent = Agent(model, tools=tools(kind, "idem_count", timeout=proxy), tool_timeout=framework)
+
+    timed_out, joined = returns(run(agent))
+
+    assert timed_out.outcome == "retried"
+    assert timed_out.content == (
+        "tool 'idem_count' timed out after 1.5s; calling it again with the same arguments waits for the same "
+        "execution."
+    )
+    assert joined.outcome == "success" and joined.content["runs"] == 1
+    assert counted(runs) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_remote_exception_is_a_retry_with_its_type_and_message_and_the_run_goes_on(
+    kind: str, framework_client: ToolClient
+) -> None:
+    agent = Agent(
+        scripted([("probe_fail", {"message": "boom"})], "carried on"),
+        tools=tools(kind, "probe_fail"),
+    )
+
+    result = run(agent)
+
+    (shown,) = returns(result)
+    assert shown.outcome == "retried"
+    assert shown.content == "tool 'probe_fail' failed: ProbeFailure: boom"
+    assert result.output == "carried on"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_remote_tool_gets_max_retries_before_pydantic_ai_ends_the_run(
+    kind: str, framework_client: ToolClient
+) -> None:
+    fail: Step = [("probe_fail", {"message": "boom"})]
+    within = Agent(scripted(*[fail] * MAX_RETRIES, "gave up"), tools=tools(kind, "probe_fail"))
+    beyond = Agent(scripted(*[fail] * (MAX_RETRIES + 1), "never"), tools=tools(kind, "probe_fail"))
+
+    assert run(within).output == "gave up"
+    with pytest.raises(
+        UnexpectedModelBehavior, match=f"exceeded max retries count of {MAX_RETRIES}"
+    ):
+        run(beyond)
+
+
+def test_an_unreachable_broker_ends_the_run_instead_of_asking_the_model_to_retry(
+    framework_client: ToolClient, framework_env: dict[str, str]
+) -> None:
+    dead = ToolClient(
+        Settings.from_env(
+            {**framework_env, "TOOLEXEC_BROKER_URL": "redis://127.0.0.1:1/0"},
+            default_timeout=1.0,  # a send that cannot connect is retried until the deadline
+        )
+    )
+    try:
+        offline = RemoteTool(framework_client.catalog.spec("probe_echo"), client=dead)
+        agent = Agent(
+            scripted([("probe_echo", {"text": "x", "number": 1})], "never"),
+            tools=[offline.as_pydantic_ai()],
+        )
+
+        with pytest.raises(BrokerUnavailable):
+            run(agent)
+    finally:
+        dead.close()
+
+
+# -- the example -------------------------------------------------------------------------
+
+
+def test_the_example_prints_what_its_docstring_says(
+    framework_env: dict[str, str], framework_worker: WorkerProcess
+) -> None:
+    assert_example_prints_its_docstring("pydantic_ai_agent.py", framework_env, timeout=60)

@@ -1,0 +1,61 @@
+"""What the Redis outage tests share besides their fixtures (``own_server``, ``own_env``,
+``own_client``, ``own_store`` in ``conftest.py``): freezing the server, reading its
+command counts.
+
+Faults are real: the server process is stopped with ``SIGSTOP`` (frozen: connections
+stay open, nothing is answered) or killed with ``SIGKILL`` and started again on the
+same port and directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+
+import redis
+
+from agent_client import RemoteToolError
+from toolexec import RedisServer
+
+__all__ = ["SLACK", "calls_of", "echo_works", "freeze", "frozen", "thaw"]
+
+#: How late past its deadline a caller may hear.
+SLACK = 0.05
+
+
+def freeze(server: RedisServer) -> None:
+    """Stop the server process (``SIGSTOP``, by its PID)."""
+    assert server.pid is not None
+    os.kill(server.pid, signal.SIGSTOP)
+
+
+def thaw(server: RedisServer) -> None:
+    """Let a frozen server run again (``SIGCONT``)."""
+    if server.pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server.pid, signal.SIGCONT)
+
+
+@contextlib.contextmanager
+def frozen(server: RedisServer) -> Iterator[None]:
+    """Redis stopped (``SIGSTOP``) for the block: it answers nothing, closes nothing."""
+    freeze(server)
+    try:
+        yield
+    finally:
+        thaw(server)
+
+
+def calls_of(store: redis.Redis, command: str) -> int:
+    """How many times the server ran ``command`` (also inside scripts)."""
+    return int(store.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+def echo_works(echo: object) -> bool:
+    """Whether a call of the ``probe_echo`` proxy ``echo`` gets its result now."""
+    try:
+        return bool(echo(text="awake", number=1)["text"] == "awake")  # type: ignore[operator]
+    except RemoteToolError:
+        return False

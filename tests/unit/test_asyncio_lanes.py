@@ -1,0 +1,66 @@
+"""The asyncio pool's I/O threads: steps queued together run together, each gets its own result.
+
+Steps queued with ``Offload.batched`` for one function while a lane is busy reach that
+function as one list (the outcome pushes of many calls then share one Redis pipeline);
+an exception a batched function hands back for one item fails that item's step only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from executor.pools.offload import IOLanes
+
+
+def test_steps_queued_while_a_lane_is_busy_reach_their_batched_function_together() -> None:
+    batches: list[list[int]] = []
+    busy = threading.Event()
+    release = threading.Event()
+
+    def block() -> str:
+        busy.set()
+        release.wait(5)
+        return "blocked"
+
+    def double(items: list[int]) -> list[int | BaseException]:
+        batches.append(items)
+        return [ValueError(f"odd {i}") if i % 2 else i * 2 for i in items]
+
+    async def main() -> None:
+        lanes = IOLanes(1)
+        lanes.start(asyncio.get_running_loop())
+        try:
+            blocked = lanes(block)
+            await asyncio.to_thread(busy.wait, 5)
+            steps = [lanes.batched(double, i) for i in range(4)]
+            release.set()
+            assert await blocked == "blocked"
+            results = await asyncio.gather(*steps, return_exceptions=True)
+        finally:
+            await asyncio.to_thread(lanes.stop)
+        assert batches == [[0, 1, 2, 3]]
+        assert results[0] == 0 and results[2] == 4
+        assert isinstance(results[1], ValueError) and str(results[1]) == "odd 1"
+        assert isinstance(results[3], ValueError)
+
+    asyncio.run(main())
+
+
+def test_a_batched_function_that_raises_fails_every_step_of_its_batch() -> None:
+    def broken(items: list[int]) -> list[int | BaseException]:
+        raise RuntimeError("redis is gone")
+
+    async def main() -> None:
+        lanes = IOLanes(1)
+        lanes.start(asyncio.get_running_loop())
+        try:
+            with pytest.raises(RuntimeError, match="redis is gone"):
+                await lanes.batched(broken, 1)
+            assert await lanes(lambda: 7) == 7
+        finally:
+            await asyncio.to_thread(lanes.stop)
+
+    asyncio.run(main())

@@ -1,0 +1,5 @@
+"""``python -m toolexec``: the ``toolexec`` command."""
+
+from toolexec.cli import main
+
+raise SystemExit(main())

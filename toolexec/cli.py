@@ -1,0 +1,452 @@
+"""The ``toolexec`` command: ``worker``, ``tools``, ``call``, ``status``, ``mcp``, ``demo``, ``doctor``.
+
+Built with typer (help, usage errors, shell completion: ``toolexec --install-completion``)
+and rich (tables, the progress bar, ``status --watch``). Every command that prints
+something a script reads takes ``--json``. Settings come from the ``TOOLEXEC_*``
+environment variables (README, "Configuration").
+
+Exit codes (:class:`~toolexec.commands.exits.ExitCode`): 0 done; 1 the tool raised (or
+the demo failed, or a doctor check failed); 2 bad arguments or usage; 3 timed out; 4 not found (no live worker
+serves the tool, or no live worker at all); 5 Redis or the broker unreachable; 6 the worker running
+the call died; 7 the outcome is unknown; 8 a ``TOOLEXEC_*`` setting is invalid; 130
+interrupted. A failure is one line on stderr (``toolexec: ...``), never a traceback.
+
+``main(argv)`` returns the exit code; ``python -m toolexec`` and the ``toolexec``
+console script exit with it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Literal, NoReturn
+
+import redis
+import typer
+from rich.console import Console
+from rich.live import Live
+
+from agent_client import RemoteToolError, ToolClient
+from toolexec.commands.call import call_tool, exit_code_for
+from toolexec.commands.exits import CommandFailed, ExitCode
+from toolexec.commands.render import status_view, tools_table
+from toolexec.commands.worker import LOG_LEVELS, check_tool_modules, worker_argv, worker_env
+from toolexec.errors import LaunchError
+from toolexec.worker_process import Pool
+from wire.errors import ConfigurationError
+from wire.settings import Settings
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="toolexec",
+    help="Run an LLM agent's tools on Celery workers: start workers, list and call tools, watch them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+LogFormat = Literal["text", "json"]
+
+JsonOption = Annotated[
+    bool, typer.Option("--json", help="Print JSON for scripts instead of tables.")
+]
+
+
+# -- worker --------------------------------------------------------------------------
+
+
+@app.command(context_settings={"allow_interspersed_args": False})
+def worker(
+    queues: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-Q",
+            "--queues",
+            help="Queues to consume (comma-separated or repeated); default: every queue a tool names, and default.",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(
+            "-c", "--concurrency", min=1, help="Pool size; default: Celery's (one per CPU)."
+        ),
+    ] = None,
+    pool: Annotated[Pool, typer.Option("-P", "--pool", help="Execution pool.")] = "prefork",
+    metrics_port: Annotated[
+        int | None,
+        typer.Option(
+            "--metrics-port",
+            min=1,
+            max=65535,
+            help="Serve Prometheus metrics at http://HOST:PORT/metrics.",
+        ),
+    ] = None,
+    metrics_host: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-host",
+            metavar="HOST",
+            help="The address metrics listen on: 0.0.0.0 for a scraper in another container or host; default: TOOLEXEC_METRICS_HOST, else 127.0.0.1.",
+        ),
+    ] = None,
+    log_format: Annotated[
+        LogFormat | None,
+        typer.Option(
+            "--log-format",
+            help="text (Celery's) or json (one object a line, with call_id, run_id and tool); default: TOOLEXEC_LOG_FORMAT, else text.",
+        ),
+    ] = None,
+    loglevel: Annotated[
+        str | None,
+        typer.Option(
+            "-l", "--loglevel", help=f"One of {', '.join(LOG_LEVELS)}; default: Celery's (WARNING)."
+        ),
+    ] = None,
+    hostname: Annotated[
+        str | None,
+        typer.Option(
+            "-n", "--hostname", help="Node name, e.g. 'payments@%h'; default: Celery's (celery@%h)."
+        ),
+    ] = None,
+    celery_args: Annotated[
+        list[str] | None,
+        typer.Argument(help="More `celery worker` options, after `--`.", show_default=False),
+    ] = None,
+) -> NoReturn:
+    """Start a Celery worker that serves the registered tools, with task events on.
+
+    The same worker as `celery -A executor worker -E --without-gossip --without-mingle`,
+    with the options given; this process becomes it (same PID). It prints a ready line
+    naming its queues and tools, at any log level.
+    """
+    if loglevel is not None and loglevel.upper() not in LOG_LEVELS:
+        raise CommandFailed(
+            f"--loglevel must be one of {', '.join(LOG_LEVELS)}, not {loglevel!r}",
+            ExitCode.BAD_ARGUMENTS,
+        )
+    split = [q.strip() for word in queues or [] for q in word.split(",") if q.strip()]
+    env = worker_env(
+        os.environ, pool=pool, metrics_port=metrics_port, metrics_host=metrics_host, log_format=log_format
+    )
+    check_tool_modules(Settings.from_env(env), Path.cwd())
+    argv = worker_argv(
+        pool=pool,
+        concurrency=concurrency,
+        queues=split,
+        name=hostname,
+        loglevel=loglevel,
+        extra=celery_args or [],
+    )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(argv[0], argv, env)
+
+
+# -- tools ---------------------------------------------------------------------------
+
+
+@app.command()
+def tools(as_json: JsonOption = False) -> None:
+    """List the tools live workers serve: queue, idempotent, timeout, delivery, workers.
+
+    Exits 4 when no live worker serves any tool.
+    """
+    from toolexec.status import read_live, tool_rows
+
+    settings = Settings.from_env()
+    with _redis(settings) as client:
+        rows = tool_rows(read_live(client), settings)
+    if as_json:
+        print(json.dumps(rows, ensure_ascii=False))
+    elif rows:
+        Console().print(tools_table(rows))
+    if not rows:
+        raise CommandFailed(
+            f"no live worker serves any tool (Redis at {_redacted(settings.redis_url)})",
+            ExitCode.NOT_FOUND,
+        )
+
+
+# -- call ----------------------------------------------------------------------------
+
+
+@app.command()
+def call(
+    name: Annotated[str, typer.Argument(help="The tool's name.", show_default=False)],
+    arguments: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The arguments: a JSON object, @FILE holding one, - for stdin, or key=value words (values parse as JSON when they can).",
+            show_default=False,
+        ),
+    ] = None,
+    timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--timeout",
+            metavar="S|none",
+            help="Deadline in seconds, or 'none'; default: the tool's, else TOOLEXEC_DEFAULT_TIMEOUT.",
+        ),
+    ] = None,
+    run_id: Annotated[
+        str | None, typer.Option("--run-id", help="The agent run the call belongs to.")
+    ] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help='Print {"ok": ..., "result"|"error": ...} on stdout, for scripts.'
+        ),
+    ] = False,
+) -> None:
+    """Call one tool and print its result as JSON.
+
+    Exit codes: 0 ok, 1 tool error, 2 bad arguments, 3 timeout, 4 not found, 5 broker
+    unavailable, 6 worker lost, 7 outcome unknown, 8 bad settings.
+    """
+    with _client() as client:
+        call_tool(
+            client, name, arguments or [], timeout=timeout, run_id=run_id, as_json=as_json,
+            stdin=sys.stdin, out=sys.stdout, err=sys.stderr,
+        )  # fmt: skip
+
+
+# -- status --------------------------------------------------------------------------
+
+
+@app.command()
+def status(
+    as_json: JsonOption = False,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch", help="Refresh until interrupted (with --json: one object per line)."
+        ),
+    ] = False,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.1, help="Seconds between refreshes with --watch.")
+    ] = 2.0,
+    count: Annotated[
+        int | None,
+        typer.Option("--count", min=1, help="With --watch: stop after this many snapshots."),
+    ] = None,
+    only: Annotated[
+        str | None,
+        typer.Option(
+            "--worker",
+            help="Only this worker (node name, host name or worker id); exits 4 if it is not live.",
+        ),
+    ] = None,
+) -> None:
+    """Show workers, queue depths, calls per tool (last minute and hour) and dead letters.
+
+    Workers count calls as they end. "Timed out" is a call shed because it expired before it started, or stopped at its tool's hard limit; a call whose caller stopped waiting at its deadline while the tool ran on counts as done (or failed) when the tool finishes, since the worker cannot know that its caller left.
+
+    Exits 5 when the queues' broker cannot be read, after showing the rest. With --worker only that worker's health decides: 4 when it is not live, else 0.
+    """
+    from toolexec.status import status_snapshot
+
+    settings = Settings.from_env()
+    with _redis(settings) as client:
+        if not watch:
+            snapshot = status_snapshot(client, worker=only, broker_url=settings.broker_url)
+            _show_status(snapshot, as_json=as_json)
+            if only is not None:
+                if not snapshot["workers"]:
+                    raise CommandFailed(f"no live worker named {only!r}", ExitCode.NOT_FOUND)
+            elif "broker_error" in snapshot:  # a worker's health never hangs on the queues
+                raise CommandFailed(snapshot["broker_error"], ExitCode.BROKER_UNAVAILABLE)
+            return
+        snapshots = range(count) if count is not None else itertools.count()
+        try:
+            if as_json:
+                for n in snapshots:
+                    if n:
+                        time.sleep(interval)
+                    _show_status(_snapshot_or_error(client, only, settings), as_json=True)
+                return
+            first = status_snapshot(client, worker=only, broker_url=settings.broker_url)
+            with Live(status_view(first), auto_refresh=False) as live:
+                for _ in itertools.islice(snapshots, 1, None):
+                    time.sleep(interval)
+                    snapshot = _snapshot_or_error(client, only, settings)
+                    if "error" not in snapshot:
+                        live.update(status_view(snapshot), refresh=True)
+        except KeyboardInterrupt:
+            return
+
+
+def _snapshot_or_error(client: redis.Redis, only: str | None, settings: Settings) -> dict[str, Any]:
+    from toolexec.status import status_snapshot
+
+    try:
+        return status_snapshot(client, worker=only, broker_url=settings.broker_url)
+    except redis.RedisError as exc:
+        print(f"toolexec: Redis is unreachable: {_one_line(str(exc))}", file=sys.stderr, flush=True)
+        return {"time": time.time(), "error": str(exc)}
+
+
+def _show_status(snapshot: dict[str, Any], *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(snapshot, ensure_ascii=False), flush=True)
+    else:
+        Console().print(status_view(snapshot))
+
+
+# -- mcp, demo -----------------------------------------------------------------------
+
+
+@app.command()
+def mcp(
+    http: Annotated[
+        int | None,
+        typer.Option(
+            "--http", metavar="PORT", help="Serve streamable HTTP on PORT instead of stdio."
+        ),
+    ] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind with --http.")] = "127.0.0.1",
+) -> None:
+    """Serve the live tools as an MCP server (stdio, or streamable HTTP with --http PORT)."""
+    from agent_client.frameworks import MissingExtra
+
+    try:
+        from toolexec.mcp_server import serve_http, serve_stdio
+    except MissingExtra as exc:
+        raise CommandFailed(str(exc), ExitCode.BAD_ARGUMENTS) from None
+    settings = Settings.from_env()
+    code = serve_stdio(settings) if http is None else serve_http(settings, host, http)
+    raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    logs: Annotated[
+        Path | None,
+        typer.Option(
+            "--logs", help="Where to keep the logs if it fails; default: a new temporary directory."
+        ),
+    ] = None,
+) -> None:
+    """Start a private Redis and two workers, run a scripted agent, stop everything.
+
+    Exits 1 if it fails, saying where it kept the logs of the processes it started.
+    """
+    from toolexec.demo import run_demo
+
+    raise typer.Exit(run_demo(keep_logs_in=logs))
+
+
+@app.command()
+def doctor(
+    as_json: JsonOption = False,
+    celery_app: Annotated[
+        str | None,
+        typer.Option(
+            "--app",
+            metavar="MODULE[:ATTR]",
+            help="The workers' Celery app, if not toolexec's own (what they pass to celery -A).",
+        ),
+    ] = None,
+) -> None:
+    """Check a deployment against docs/security.md and say what to fix; exits 1 if a check fails."""
+    from toolexec.doctor import main as run_doctor
+
+    argv = [*(["--json"] if as_json else []), *(["--app", celery_app] if celery_app else [])]
+    raise typer.Exit(run_doctor(argv))
+
+
+# -- plumbing ------------------------------------------------------------------------
+
+
+@contextmanager
+def _redis(settings: Settings) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(
+        settings.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0
+    )
+    try:
+        yield client
+    except redis.RedisError as exc:
+        raise CommandFailed(
+            f"Redis at {_redacted(settings.redis_url)} is unreachable: {_one_line(str(exc))}",
+            ExitCode.BROKER_UNAVAILABLE,
+        ) from None
+    finally:
+        client.close()
+
+
+@contextmanager
+def _client() -> Iterator[ToolClient]:
+    settings = Settings.from_env()
+    try:
+        client = ToolClient(settings)
+    except ValueError as exc:  # a broker the client cannot publish to
+        raise CommandFailed(str(exc), ExitCode.BAD_SETTINGS) from None
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def _redacted(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    credentials, at, location = rest.rpartition("@")
+    return f"{scheme}{sep}***@{location}" if at and credentials else url
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _status_of(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``toolexec`` command with ``argv`` (default: ``sys.argv[1:]``); return its exit code."""
+    if not logging.getLogger().handlers:
+        # A one-shot command: the client's warnings (a lost connection it retries) would
+        # add lines to the one that says what failed; errors still show.
+        logging.basicConfig(level=logging.ERROR, format="toolexec: %(name)s: %(message)s")
+    command = typer.main.get_command(app)
+    try:
+        command.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="toolexec",
+            standalone_mode=True,
+        )
+    except SystemExit as exit_:
+        return _status_of(exit_.code)
+    except CommandFailed as failed:
+        return _fail(str(failed), failed.code)
+    except ConfigurationError as exc:
+        return _fail(str(exc), ExitCode.BAD_SETTINGS)
+    except RemoteToolError as exc:
+        return _fail(f"{type(exc).__name__}: {exc}", exit_code_for(exc))
+    except redis.RedisError as exc:
+        return _fail(f"Redis is unreachable: {exc}", ExitCode.BROKER_UNAVAILABLE)
+    except LaunchError as exc:
+        return _fail(str(exc).splitlines()[0], ExitCode.TOOL_ERROR)
+    except KeyboardInterrupt:
+        return int(ExitCode.INTERRUPTED)
+    return 0
+
+
+def _fail(message: str, code: ExitCode) -> int:
+    print(f"toolexec: {_one_line(message)}", file=sys.stderr, flush=True)
+    return int(code)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
