@@ -17,7 +17,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -26,19 +25,19 @@ import redis
 from executor.backend import ReplyBackend
 from executor.exits import StoreUnavailable, retire_if_runaway
 from executor.holding import hold, holds_before_ack
-from executor.idempotency import begin, complete, queue_reply
+from executor.idempotency import complete, queue_reply
 from executor.identity import holder, in_pool_child
 from executor.metrics import observe_run, record_outcome
 from executor.progress import close_progress, open_progress
 from executor.redis_client import FIRST_PAUSE, redis_client, retry_pauses
-from executor.registry import ToolDefinition, get_tool
+from executor.registry import get_tool
 from executor.request import request_class
 from executor.runner import encode_outcome, execute, execute_async, refuse_if_expired
+from executor.running_here import Admitted, running_here
 from executor.signatures import check_signature, signed_headers_of
 from executor.stats import record as count_outcome
 from executor.tracing import ToolCallFailed, call_log_fields, call_span
 from wire import keys
-from wire.formats import joining_tag
 from wire.models import (
     TASK_AT_LEAST_ONCE,
     TASK_AT_MOST_ONCE,
@@ -72,7 +71,7 @@ def run_call(fields: dict[str, Any], *, settings: Settings, worker: str) -> Call
         with observe_run(admitted.call.tool):
             outcome = execute(admitted.call, worker=worker, definition=admitted.definition)
     except BaseException:
-        _running_here.abandon(admitted)
+        running_here.abandon(admitted)
         raise
     return conclude(admitted, outcome, settings=settings)
 
@@ -104,102 +103,12 @@ async def run_call_async(
         with observe_run(admitted.call.tool):
             outcome = await execute_async(admitted.call, worker=worker, definition=admitted.definition)
     except BaseException:
-        _running_here.abandon(admitted)
+        running_here.abandon(admitted)
         raise
     if admitted.call.idempotency_key is None:
         # Plain calls that end at the same moment share one pipeline (_conclude_plain).
         return await offload.batched(_conclude_plain, (admitted, outcome, settings))
     return await offload(functools.partial(conclude, admitted, outcome, settings=settings))
-
-
-@dataclass(frozen=True, slots=True)
-class Admitted:
-    """A call this delivery must run: it is valid, unexpired and begun (:func:`admit`)."""
-
-    call: CallRequest
-    definition: ToolDefinition | None
-    holder: str
-    #: For a keyed call: its lock in :data:`_running_here`, held again to complete it.
-    key_lock: threading.Lock | None = None
-
-
-class _RunningHere:
-    """The idempotency keys deliveries of this process are running.
-
-    The begin script takes a key's state holding this process's own tag for a stale
-    one and runs the call again: a prefork or solo process runs one call at a time, so
-    its own holder tag is left from a delivery that ended. On the threads and asyncio pools
-    another delivery of this process may still be running the key. A delivery of a key
-    that runs here therefore begins under this process's joining tag
-    (:func:`wire.formats.joining_tag`: the script sees a live holder and adds it as a
-    waiter); each key's begin and complete hold its lock, so such a join never falls
-    between the two.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._keys: dict[str, threading.Lock] = {}
-
-    def begin(
-        self, client: redis.Redis, call: CallRequest, key: str, *, tag: str, worker: str, ttl_ms: int,
-        patience: float,
-    ) -> tuple[BeginState, str, str, threading.Lock | None]:
-        """:func:`begin` for a keyed call: (state, value, holder it began as, key lock if it runs)."""
-        while True:
-            with self._lock:
-                lock = self._keys.get(key)
-                first = lock is None
-                if lock is None:
-                    lock = self._keys[key] = threading.Lock()
-                    lock.acquire()
-            if first:
-                try:
-                    state, value = begin(
-                        client, call, holder=tag, hostname=worker, ttl_ms=ttl_ms, patience=patience
-                    )
-                except BaseException:
-                    self._end(key, lock)
-                    raise
-                if state != "run":
-                    self._end(key, lock)
-                    return state, value, tag, None
-                lock.release()  # held again by complete (Admitted.key_lock)
-                return state, value, tag, lock
-            with lock:  # no begin or complete of the running delivery is under way
-                if self._keys.get(key) is lock:
-                    joiner = joining_tag(tag)
-                    state, value = begin(
-                        client, call, holder=joiner, hostname=worker, ttl_ms=ttl_ms, patience=patience
-                    )
-                    return state, value, joiner, None
-            # The delivery running it here has ended meanwhile: begin afresh.
-
-    def complete(self, admitted: Admitted, deliver: functools.partial[None]) -> None:
-        """Run ``deliver`` (the complete step) under the key's lock, then forget the key."""
-        lock, key = admitted.key_lock, admitted.call.idempotency_key
-        if lock is None or key is None:
-            deliver()
-            return
-        lock.acquire()
-        try:
-            deliver()
-        finally:
-            self._end(key, lock)
-
-    def abandon(self, admitted: Admitted) -> None:
-        """Forget the key of a delivery that ends without completing (its process stops)."""
-        if admitted.key_lock is not None and admitted.call.idempotency_key is not None:
-            admitted.key_lock.acquire()
-            self._end(admitted.call.idempotency_key, admitted.key_lock)
-
-    def _end(self, key: str, lock: threading.Lock) -> None:
-        with self._lock:
-            if self._keys.get(key) is lock:
-                del self._keys[key]
-        lock.release()
-
-
-_running_here = _RunningHere()
 
 
 def admit(fields: dict[str, Any], *, settings: Settings, worker: str) -> Admitted | CallOutcome | None:
@@ -296,7 +205,7 @@ def _begin_patiently(
     pauses = retry_pauses(_BEGIN_PATIENCE)
     while True:
         try:
-            return _running_here.begin(
+            return running_here.begin(
                 client, call, key, tag=tag, worker=worker, ttl_ms=ttl_ms, patience=patience
             )
         except redis.RedisError as exc:
@@ -322,7 +231,7 @@ def conclude(admitted: Admitted, outcome: CallOutcome, *, settings: Settings) ->
     deliver = functools.partial(
         finish, admitted.call, outcome, settings=settings, store=store, holder=admitted.holder
     )
-    _running_here.complete(admitted, deliver)
+    running_here.complete(admitted, deliver)
     return outcome
 
 
