@@ -3,9 +3,11 @@ and the check that a test module leaves no client running and nothing unclosed."
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import threading
+import traceback
 import tracemalloc
 import warnings
 from collections.abc import Iterator
@@ -69,4 +71,28 @@ def _io_threads() -> list[threading.Thread]:
 def _describe(warning: warnings.WarningMessage) -> str:
     made = tracemalloc.get_object_traceback(warning.source) if warning.source is not None else None
     where = "\n".join(made.format()) if made is not None else "  (set PYTHONTRACEMALLOC=20 to see where it was made)"
+    origin = getattr(warning.source, _ORIGIN, None)
+    if isinstance(origin, str):  # an event loop: made where its policy saw it made
+        where = "  made at:\n" + origin
     return f"- {warning.message}\n{where}"
+
+
+#: The attribute naming where an event loop of this process was made.
+_ORIGIN = "_made_at_in_tests"
+
+
+class _LoopsKnowWhereTheyWereMade(asyncio.DefaultEventLoopPolicy):
+    """Every event loop made in the test process remembers the stack that made it.
+
+    A loop left unclosed is only found when the collector frees it, often in a later
+    module; its stack names its owner there, without ``PYTHONTRACEMALLOC`` (which would
+    slow every process the tests start).
+    """
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        setattr(loop, _ORIGIN, "".join(traceback.format_stack(limit=14)[:-1]))
+        return loop
+
+
+asyncio.set_event_loop_policy(_LoopsKnowWhereTheyWereMade())
