@@ -92,7 +92,9 @@ Command: `{command}` ({run} run, {when})
 
 `python -m bench --smoke` is the short run that CI makes, `--only 1,4` picks scenarios,
 `--markdown PATH` writes this page, `--plot DIR` draws its figures there (matplotlib),
-`--broker amqp` runs scenarios 1 and 2 over RabbitMQ.
+`--broker amqp` runs scenarios 1 and 2 over RabbitMQ: its figures are in
+[benchmarks-rabbitmq.md](benchmarks-rabbitmq.md)
+(`python -m bench --broker amqp --markdown docs/benchmarks-rabbitmq.md`).
 """
 
 

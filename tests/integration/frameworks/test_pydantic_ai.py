@@ -8,8 +8,11 @@ checked for a single ``remote_tool(...).as_pydantic_ai()`` and for the whole cat
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -38,6 +41,26 @@ from toolexec import WorkerProcess
 from wire.settings import Settings
 
 KINDS = ["remote_tool", "remote_tools"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _run_sync_loop_closed() -> Iterator[None]:
+    """Close the event loop ``Agent.run_sync`` leaves as this thread's current loop.
+
+    pydantic-ai's ``run_sync`` runs on the thread's current loop and, when there is none,
+    makes one, sets it current and keeps it for the next ``run_sync`` (pydantic-graph's
+    ``get_event_loop``): pydantic-ai's, never closed by it. The next ``asyncio.run`` in
+    this thread would replace it and leave it to the garbage collector, unclosed.
+    """
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # "no current event loop"
+        try:
+            loop = asyncio.get_event_loop()
+        except RuntimeError:  # none set: nothing to close
+            return
+    asyncio.set_event_loop(None)
+    loop.close()
 
 #: One model turn: the tool calls it makes (run concurrently by pydantic-ai), or its final text.
 Step = list[tuple[str, dict[str, Any]]] | str
