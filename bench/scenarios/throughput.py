@@ -11,7 +11,8 @@ with the fastest of the four raw Celery sides at that level, and the table names
 
 toolexec is measured on the shared workers' pool, against raw Celery on the same pool
 and concurrency, and on a second pool (``Sizes.throughput_pool``: the asyncio pool) by a
-worker of its own; each line of the figure is one side on one pool.
+worker of its own; each line of the figure is one side on one pool. Over RabbitMQ
+(``--broker amqp``) only the shared pool is measured.
 
 Beside the rates: the CPU time each side's worker (its main process and pool children,
 from the OS: :mod:`bench.cpu`) used per call, net of what it uses idle (heartbeats,
@@ -61,7 +62,8 @@ class _Side:
 def run(bench: Bench) -> ScenarioResult:
     """Calls per second of each side at each level, from alternated blocks."""
     second = bench.sizes.throughput_pool
-    if second == bench.options.pool:
+    if second == bench.options.pool or bench.options.broker == "amqp":
+        # Over RabbitMQ the run's queues are its own (bench.amqp): only the shared pool's.
         second = None
     with contextlib.ExitStack() as stack:
         prefetch1 = stack.enter_context(

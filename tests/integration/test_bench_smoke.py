@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.amqp import AMQP_SCENARIOS
 from bench.report import heading
 from bench.scenarios import SCENARIOS
 
@@ -99,3 +100,30 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "gevent")))
         check=True,
     )
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.timeout(600)
+def test_the_smoke_run_over_rabbitmq_prints_its_scenarios_and_exits_0() -> None:
+    # The machine's RabbitMQ; the run's queues carry a token of their own (bench.amqp).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLEXEC_")}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench", "--smoke", "--broker", "amqp"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=540)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+        pytest.fail(f"the smoke run over RabbitMQ did not finish in 540 s:\n{output[-5000:]}")
+    assert process.returncode == 0, output[-5000:]
+    assert "CRASHED" not in output, output[-5000:]
+    over_amqp = [h for s, h in zip(SCENARIOS, HEADINGS, strict=True) if s.NUMBER in AMQP_SCENARIOS]
+    assert len(over_amqp) == len(AMQP_SCENARIOS) == 2
+    for title in over_amqp:
+        assert title in output, f"missing {title!r}:\n{output[-5000:]}"
+    assert "RabbitMQ" in output  # the machine table names the broker
