@@ -70,3 +70,21 @@ def runs(redis_server: object) -> Iterator[tuple[str, redis.Redis]]:
     url = getattr(redis_server, "url")  # noqa: B009 - typed as object to keep the import light
     with redis.Redis.from_url(url) as client:
         yield f"counter-{uuid.uuid4().hex}", client
+
+
+@pytest.fixture(scope="module")
+def observe_worker(
+    settings_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
+    """A worker that alone serves the ``observe`` tools (they report progress), per module."""
+    worker = WorkerProcess(
+        name=f"observe-{uuid.uuid4().hex[:8]}",
+        pool="prefork",
+        concurrency=2,
+        queues=("observe",),
+        env={**settings_env, "TOOLEXEC_TOOL_MODULES": "tests.integration.observe_tools"},
+        cwd=ROOT,
+        log_dir=tmp_path_factory.mktemp("observe-worker"),
+    )
+    with worker:
+        yield worker

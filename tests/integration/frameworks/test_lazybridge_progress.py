@@ -9,7 +9,6 @@ own ``EventLog`` and from a ``CallbackExporter``, as a LazyBridge user would.
 from __future__ import annotations
 
 import inspect
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,27 +22,7 @@ from agent_client.testing import ScriptedProvider, scripted_agent
 from toolexec import WorkerProcess
 from wire.settings import Settings
 
-from .conftest import ROOT
-
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def observe_worker(
-    settings_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WorkerProcess]:
-    """A worker serving the ``observe`` tools, which report progress."""
-    worker = WorkerProcess(
-        name=f"lazybridge-progress-{uuid.uuid4().hex[:8]}",
-        pool="prefork",
-        concurrency=2,
-        queues=("observe",),
-        env={**settings_env, "TOOLEXEC_TOOL_MODULES": "tests.integration.observe_tools"},
-        cwd=ROOT,
-        log_dir=tmp_path_factory.mktemp("lazybridge-progress-worker"),
-    )
-    with worker:
-        yield worker
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ tool reports progress on a worker that alone serves the ``observe`` queue
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,28 +19,9 @@ from mcp.client.stdio import stdio_client
 
 from toolexec import WorkerProcess
 
-from .conftest import ROOT
 from .test_mcp import StdioServer
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def observe_worker(
-    settings_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WorkerProcess]:
-    """A worker serving the ``observe`` tools."""
-    worker = WorkerProcess(
-        name=f"mcp-progress-{uuid.uuid4().hex[:8]}",
-        pool="prefork",
-        concurrency=2,
-        queues=("observe",),
-        env={**settings_env, "TOOLEXEC_TOOL_MODULES": "tests.integration.observe_tools"},
-        cwd=ROOT,
-        log_dir=tmp_path_factory.mktemp("mcp-progress-worker"),
-    )
-    with worker:
-        yield worker
 
 
 @pytest.fixture
