@@ -4,17 +4,19 @@ A worker's CPU per call is the difference of two readings around a block of call
 divided by the calls. Each reading sums user and system time of the main process and
 of every live child (psutil when installed, else Linux's ``/proc/<pid>/stat``). A child
 that exits between the readings takes its time with it, so the blocks measured must not
-retire pool processes (the benchmark's tools never do).
+retire pool processes (the benchmark's tools never do). :func:`cpu_split` keeps the two
+apart, to show which process a side's time goes to.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["children", "cpu_seconds"]
+__all__ = ["CpuSplit", "children", "cpu_seconds", "cpu_split", "own_cpu"]
 
 psutil: Any
 try:  # psutil is optional (and untyped): a Linux /proc reading does the same
@@ -25,9 +27,29 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 def cpu_seconds(pid: int | None) -> float:
     """User plus system seconds of ``pid`` and its live children; 0.0 if it is gone."""
+    return cpu_split(pid).total
+
+
+@dataclass(frozen=True)
+class CpuSplit:
+    """User plus system seconds of a process (``main``) and of its live children."""
+
+    main: float = 0.0
+    children: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.main + self.children
+
+    def __sub__(self, earlier: CpuSplit) -> CpuSplit:
+        return CpuSplit(self.main - earlier.main, self.children - earlier.children)
+
+
+def cpu_split(pid: int | None) -> CpuSplit:
+    """The CPU seconds of ``pid`` and of its live children, apart; zeros if it is gone."""
     if pid is None:
-        return 0.0
-    return sum(_own_cpu(p) for p in (pid, *children(pid)))
+        return CpuSplit()
+    return CpuSplit(own_cpu(pid), sum(own_cpu(child) for child in children(pid)))
 
 
 def children(pid: int) -> list[int]:
@@ -48,7 +70,8 @@ def children(pid: int) -> list[int]:
     return sorted(found)
 
 
-def _own_cpu(pid: int) -> float:
+def own_cpu(pid: int) -> float:
+    """User plus system seconds of ``pid`` alone (all its threads); 0.0 if it is gone."""
     if psutil is not None:
         try:
             times = psutil.Process(pid).cpu_times()

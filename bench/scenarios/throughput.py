@@ -16,7 +16,10 @@ worker of its own; each line of the figure is one side on one pool. Over RabbitM
 
 Beside the rates: the CPU time each side's worker (its main process and pool children,
 from the OS: :mod:`bench.cpu`) used per call, net of what it uses idle (heartbeats,
-timers) over the same time.
+timers) over the same time; and, at the highest level, where each side's time went:
+how busy the worker's main process, its pool children, the calling process and the
+Redis server were over that side's blocks, and their CPU per call. A side none of whose
+processes is near a whole core is bound by the waits between them, not by one of them.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import os
 import threading
 import time
 from collections import defaultdict
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 
 from agent_client import RemoteTool
 from bench import names, raw_celery
-from bench.cpu import cpu_seconds
+from bench.cpu import CpuSplit, cpu_seconds, cpu_split, own_cpu
 from bench.harness import Bench
 from bench.report import Figure, Goal, ScenarioResult, Table, rate, ratio
 from bench.stats import alternate, keep_in_flight
@@ -44,6 +48,14 @@ _TIMEOUT = 120.0
 _TOOLEXEC = "toolexec"
 _RAW_BEST = "raw Celery send all, then .get() each"
 _RAW_THREADS = "raw Celery threads calling .get()"
+#: The columns of the table of where each side's time went (:func:`_usage_row`).
+USAGE_COLUMNS = (
+    "side (highest level)",
+    "worker main process: busy · CPU/call",
+    "pool children",
+    "client process",
+    "Redis server",
+)
 #: Celery's default prefetch multiplier, which the shared raw Celery worker keeps.
 _CELERY_DEFAULT_PREFETCH = 4
 
@@ -113,18 +125,21 @@ def _measure(
     raw_labels = [side.label for side in sides if side.raw]
     idle = {side.label: _idle_cpu(side.pid) for side in sides}
     rows, cpu_rows = [], []
+    usage_rows: list[tuple[str, ...]] = []
+    redis_pid = bench.server.pid
     series: dict[str, list[tuple[float | str, float]]] = defaultdict(list)
     best_ratio, level = float("nan"), 0
     toolexec = labels[0]
     for in_flight in bench.sizes.in_flight:
         total = bench.sizes.throughput_block(in_flight)
         cpu: dict[str, float] = defaultdict(float)
+        usage = {label: _Usage() for label in labels}
         blocks = [
             (
                 side.label,
                 _with_cpu(
                     functools.partial(side.block, in_flight, total), side.pid,
-                    idle[side.label], cpu, side.label,
+                    idle[side.label], cpu, side.label, usage[side.label], redis_pid,
                 ),
             )
             for side in sides
@@ -159,6 +174,8 @@ def _measure(
                 ratio(cpu_ratio),
             )
         )
+        # Overwritten at each level: the table shows the highest.
+        usage_rows = [_usage_row(label, usage[label], calls) for label in labels]
     columns = ("in flight", "calls per block", *(f"{label} calls/s" for label in labels),
                "fastest raw Celery side", "toolexec / fastest raw")  # fmt: skip
     goal = Goal(
@@ -188,6 +205,13 @@ def _measure(
             "least CPU per call at that level."
         ),
     ]
+    notes.append(
+        f"Where the time went, at {level:,} in flight: each process's CPU over the side's "
+        "blocks as a share of one core (the machine has "
+        f"{os.cpu_count() or '?'}), and per call. \"client\" is this benchmark's own process, "
+        "all its threads; \"Redis\" is the private server all sides share. A side with no "
+        "process near 100% is bound by the hand-offs between its processes."
+    )
     if second is not None:
         notes.append(
             f"toolexec ({second[0]}) is a second toolexec worker on that pool, calling the same "
@@ -196,7 +220,11 @@ def _measure(
     return ScenarioResult(
         number=NUMBER,
         title=TITLE,
-        tables=[Table(columns=columns, rows=rows), Table(columns=cpu_columns, rows=cpu_rows)],
+        tables=[
+            Table(columns=columns, rows=rows),
+            Table(columns=cpu_columns, rows=cpu_rows),
+            Table(columns=USAGE_COLUMNS, rows=usage_rows),
+        ],
         goals=[goal],
         notes=notes,
         figures=[
@@ -218,18 +246,51 @@ def _short(label: str) -> str:
     return f"{pattern}, {rest.rstrip(')').rpartition(', ')[2]}"
 
 
+@dataclass
+class _Usage:
+    """Where one side's time went over its blocks at one level (CPU and wall seconds)."""
+
+    main: float = 0.0
+    children: float = 0.0
+    client: float = 0.0
+    redis: float = 0.0
+    seconds: float = 0.0
+
+
 def _with_cpu(
-    block: Callable[[], float], pid: int | None, idle: float, cpu: dict[str, float], name: str
+    block: Callable[[], float], pid: int | None, idle: float, cpu: dict[str, float], name: str,
+    usage: _Usage, redis_pid: int | None,
 ) -> Callable[[], float]:
-    """``block``, adding the CPU seconds the worker ``pid`` spent on it to ``cpu[name]``."""
+    """``block``, adding the CPU seconds the worker ``pid`` spent on it to ``cpu[name]``,
+    and each process's CPU seconds over it (worker split, this process, Redis) to ``usage``."""
 
     def measured() -> float:
-        before = cpu_seconds(pid)
+        before, client, server = cpu_split(pid), time.process_time(), _own(redis_pid)
         elapsed = block()
-        cpu[name] += max(0.0, cpu_seconds(pid) - before - idle * elapsed)
+        spent: CpuSplit = cpu_split(pid) - before
+        cpu[name] += max(0.0, spent.total - idle * elapsed)
+        usage.main += spent.main
+        usage.children += spent.children
+        usage.client += time.process_time() - client
+        usage.redis += _own(redis_pid) - server
+        usage.seconds += elapsed
         return elapsed
 
     return measured
+
+
+def _own(pid: int | None) -> float:
+    return 0.0 if pid is None else own_cpu(pid)
+
+
+def _usage_row(label: str, usage: _Usage, calls: int) -> tuple[str, ...]:
+    """One side's cells: each process's share of a core over its blocks, and µs per call."""
+
+    def cell(seconds: float) -> str:
+        share = seconds / usage.seconds if usage.seconds > 0 else float("nan")
+        return f"{share:.0%} · {seconds / calls * 1e6:.0f} µs"
+
+    return (label, cell(usage.main), cell(usage.children), cell(usage.client), cell(usage.redis))
 
 
 def _idle_cpu(pid: int | None, seconds: float = 1.0) -> float:

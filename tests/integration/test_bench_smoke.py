@@ -6,6 +6,7 @@ Only that it runs: exit status 0, a table for every scenario, and the figures dr
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ import pytest
 from bench.amqp import AMQP_SCENARIOS
 from bench.report import heading
 from bench.scenarios import SCENARIOS
+from bench.scenarios.throughput import USAGE_COLUMNS
 
 pytestmark = pytest.mark.integration
 
@@ -67,12 +69,26 @@ def test_the_smoke_run_prints_a_table_for_every_scenario_draws_its_figures_and_e
         assert title in output, f"missing {title!r}:\n{output[-5000:]}"
         assert title in written
     assert "CRASHED" not in output
+    # Scenario 2 says where each side's time went: one row per side, a cell per process.
+    lines = _squeezed(written)
+    header = next((i for i, line in enumerate(lines) if line == "| " + " | ".join(USAGE_COLUMNS) + " |"), None)
+    assert header is not None, f"no table of where the time went:\n{written[-3000:]}"
+    rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines[header + 2 :]))
+    assert len(rows) >= 5, rows  # toolexec, four raw Celery sides (and a second pool)
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert len(cells) == len(USAGE_COLUMNS) and all("% · " in c for c in cells[1:]), row
     for name in FIGURES:
         png = figures / f"{name}.png"
         assert png.is_file(), f"{png} was not drawn:\n{output[-3000:]}"
         assert png.read_bytes()[:8] == PNG_SIGNATURE
         assert f"{name}.png" in written  # the page shows it
     assert sorted(p.name for p in figures.iterdir()) == sorted(f"{n}.png" for n in FIGURES)
+
+
+def _squeezed(text: str) -> list[str]:
+    """Lines of a markdown page with each table cell's padding squeezed to one space."""
+    return [" ".join(line.split()) for line in text.splitlines()]
 
 
 def test_neither_the_benchmark_nor_toolexec_imports_gevent() -> None:
