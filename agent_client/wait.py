@@ -6,10 +6,14 @@ returns the result or starts another attempt (a joined execution that expired un
 Two small drivers wait on the yielded futures with the caller's deadline: a thread
 blocks on ``future.result(left)`` (:func:`drive_sync`); a coroutine awaits the future
 with a timer on its own loop (:func:`drive_async`), exact and with no thread or task
-per call. At the deadline the driver throws :class:`ToolTimeoutError` into the
-generator, whose cleanup forgets the call, and the error reaches the caller (the client
-turns it into the error that says how far the send got). An outcome that arrives only
-as the deadline passes is treated the same way: no call returns after its deadline.
+per call. Exact takes more than one timer where the wait is long: Linux lets an event
+loop's wait end up to 0.1% of its timeout late (the kernel's timer slack for
+``epoll_wait``: a 5 s deadline 5 ms late, a minute's 60 ms), so the timer first wakes a
+little before the deadline and then waits out the short rest (:class:`_Expiry`). At the
+deadline the driver throws :class:`ToolTimeoutError` into the generator, whose cleanup
+forgets the call, and the error reaches the caller (the client turns it into the error
+that says how far the send got). An outcome that arrives only as the deadline passes is
+treated the same way: no call returns after its deadline.
 """
 
 from __future__ import annotations
@@ -63,7 +67,7 @@ async def drive_async(
         future = next(attempts)
         while True:
             # The loop's own timer ends the wait: exact, and no task or thread per call.
-            expiry = None if ends is None else loop.call_at(ends, _expire, future)
+            expiry = None if ends is None else _Expiry(loop, ends, future)
             try:
                 outcome = await cast("asyncio.Future[CallOutcome]", future)
             except _DeadlinePassed:
@@ -85,6 +89,45 @@ async def drive_async(
 
 class _DeadlinePassed(Exception):
     pass
+
+
+#: How far before the deadline a long wait's first timer is set, as a share of the time
+#: left: twice the most the kernel lets that wait end late (0.1%), so it wakes early.
+EARLY_SHARE = 0.002
+#: The loop's selector waits in whole milliseconds, rounded up: one more is taken off.
+SELECT_RESOLUTION = 0.001
+#: Up to this much time left, one timer: its slack (0.1%, under a millisecond) is no
+#: more than what a second, short wait costs in the selector's rounding.
+ONE_TIMER_WITHIN = 0.75
+
+
+class _Expiry:
+    """Settles ``future`` with :class:`_DeadlinePassed` at ``ends`` on ``loop``'s clock.
+
+    A wait longer than :data:`ONE_TIMER_WITHIN` is cut short by :data:`EARLY_SHARE` of
+    itself and :data:`SELECT_RESOLUTION`, and set again from where it woke, until what
+    is left is short: a 60 s deadline's timer wakes about 60 ms before it, and the
+    timer set then ends late by what a 60 ms wait does (the selector's millisecond),
+    not by the 60 ms one timer for the whole minute would.
+    """
+
+    __slots__ = ("_ends", "_future", "_handle", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, ends: float, future: Waiter) -> None:
+        self._loop, self._ends, self._future = loop, ends, future
+        self._handle = self._arm()
+
+    def _arm(self) -> asyncio.TimerHandle:
+        left = self._ends - self._loop.time()
+        if left > ONE_TIMER_WITHIN:
+            return self._loop.call_at(self._ends - left * EARLY_SHARE - SELECT_RESOLUTION, self._again)
+        return self._loop.call_at(self._ends, _expire, self._future)
+
+    def _again(self) -> None:
+        self._handle = self._arm()
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 def _expire(future: Waiter) -> None:

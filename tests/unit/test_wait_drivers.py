@@ -10,13 +10,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
 
 import pytest
 
 from agent_client._futures import Waiter
 from agent_client.errors import ToolTimeoutError
-from agent_client.wait import Attempts, drive_async, drive_sync
+from agent_client.wait import (
+    ONE_TIMER_WITHIN,
+    SELECT_RESOLUTION,
+    Attempts,
+    _Expiry,
+    drive_async,
+    drive_sync,
+)
 from wire.models import CallOutcome
 
 
@@ -70,3 +79,119 @@ def test_an_async_result_that_arrives_as_the_deadline_passes_is_a_timeout() -> N
         assert seen == ["timed out", "cleaned up"]
 
     asyncio.run(late())
+
+
+# -- the asyncio driver's timer: exact at long deadlines too ---------------------------
+#
+# Linux ends an event loop's wait (epoll_wait) up to 0.1% of its timeout late, and the
+# selector rounds the timeout up to a whole millisecond: one loop timer for a 60 s
+# deadline fires up to 61 ms late. The driver's expiry wakes early and waits the rest.
+
+
+@dataclass
+class _Timer:
+    when: float
+    callback: Callable[..., None]
+    args: tuple[Any, ...]
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _SlackLoop:
+    """An event loop's ``time`` and ``call_at``, on a clock the test moves.
+
+    :meth:`fire_next` runs the next timer as the kernel may: ``slack`` seconds late
+    for a wait of the given length.
+    """
+
+    def __init__(self, slack: Callable[[float], float]) -> None:
+        self.now = 0.0
+        self.timers: list[_Timer] = []
+        self.waits: list[tuple[float, float]] = []  # (length of the wait, when it ended)
+        self._slack = slack
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[..., None], *args: Any) -> _Timer:
+        timer = _Timer(when, callback, args)
+        self.timers.append(timer)
+        return timer
+
+    def live(self) -> list[_Timer]:
+        return [t for t in self.timers if not t.cancelled]
+
+    def fire_next(self) -> None:
+        timer = min(self.live(), key=lambda t: t.when)
+        self.timers.remove(timer)
+        wait = max(0.0, timer.when - self.now)
+        self.now = timer.when + self._slack(wait)
+        self.waits.append((wait, self.now))
+        timer.callback(*timer.args)
+
+
+def _kernel_worst(wait: float) -> float:
+    """As late as Linux lets a wait of ``wait`` seconds end: 0.1%, and the selector's ms."""
+    return wait * 0.001 + SELECT_RESOLUTION
+
+
+@pytest.mark.parametrize("deadline", [0.05, 0.75, 1.0, 5.0, 60.0, 600.0, 3600.0])
+@pytest.mark.parametrize("slack", [_kernel_worst, lambda wait: 0.0], ids=["kernel-worst", "none"])
+def test_an_async_deadline_fires_at_its_deadline_after_waking_early_however_late_the_waits_end(
+    deadline: float, slack: Callable[[float], float]
+) -> None:
+    loop = _SlackLoop(slack)
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+    _Expiry(cast(asyncio.AbstractEventLoop, loop), deadline, future)
+    while not future.done():
+        assert len(loop.live()) == 1  # one timer at a time
+        loop.fire_next()
+
+    *early, (last_wait, ended) = loop.waits
+    assert all(at < deadline for _, at in early), loop.waits  # no stage ended past it
+    assert len(loop.waits) <= 4, loop.waits
+    # The last wait is short, so its slack is small: never 0.1% of the whole deadline.
+    assert last_wait <= ONE_TIMER_WITHIN
+    assert ended - deadline <= slack(ONE_TIMER_WITHIN) + 1e-9
+    with pytest.raises(Exception) as raised:
+        future.result(0)
+    assert type(raised.value).__name__ == "_DeadlinePassed"
+
+
+def test_cancelling_an_async_expiry_after_it_woke_early_cancels_the_timer_it_set_again() -> None:
+    loop = _SlackLoop(_kernel_worst)
+    future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    expiry = _Expiry(cast(asyncio.AbstractEventLoop, loop), 60.0, future)
+    loop.fire_next()  # the early wake-up sets the next timer
+    assert len(loop.live()) == 1
+
+    expiry.cancel()
+
+    assert loop.live() == []
+    assert not future.done()
+
+
+def test_a_long_async_deadline_ends_within_a_few_milliseconds_on_a_real_loop() -> None:
+    # One loop timer of 3 s ends about 3 ms late here (the kernel's slack); the
+    # driver's comes within the selector's millisecond. Best of three, for a busy machine.
+    def attempt() -> float:
+        async def wait() -> float:
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[Any] = loop.create_future()
+            ends = loop.time() + 3.0
+            with pytest.raises(ToolTimeoutError):
+                await drive_async(_one_attempt(future, []), ends=ends, timed_out=_timed_out)
+            return loop.time() - ends
+
+        return asyncio.run(wait())
+
+    late = []
+    for _ in range(3):
+        late.append(attempt())
+        assert late[-1] >= 0.0  # never before the deadline
+        if late[-1] < 0.002:
+            break
+    assert min(late) < 0.002, late
