@@ -8,7 +8,6 @@ teardown.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import redis
 from celery import Celery
 
 from agent_client import ToolClient, configure
+from tests.integration.workers import module_worker
 from toolexec import RedisServer, WorkerProcess
 from wire.settings import Settings
 
@@ -81,15 +81,7 @@ def stock_worker(
     contract_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     """``celery -A executor worker`` as toolexec launches it, on ``default``, per module."""
-    worker = WorkerProcess(
-        name=f"contract-{uuid.uuid4().hex[:8]}",
-        pool="prefork",
-        concurrency=2,
-        env=contract_env,
-        cwd=PROJECT_ROOT,
-        log_dir=tmp_path_factory.mktemp("stock-worker"),
-    )
-    with worker:
+    with module_worker(tmp_path_factory, "contract", env=contract_env) as worker:
         yield worker
 
 
@@ -102,13 +94,5 @@ def events_worker(
     Module-scoped like :func:`stock_worker`, so the two never consume ``default`` at the
     same time: a call reaches the worker the test watches.
     """
-    worker = EventsWorker(
-        name=f"contract-events-{uuid.uuid4().hex[:8]}",
-        pool="prefork",
-        concurrency=2,
-        env=contract_env,
-        cwd=PROJECT_ROOT,
-        log_dir=tmp_path_factory.mktemp("events-worker"),
-    )
-    with worker:
+    with module_worker(tmp_path_factory, "contract-events", env=contract_env, kind=EventsWorker) as worker:
         yield worker

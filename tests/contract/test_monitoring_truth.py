@@ -10,7 +10,6 @@ Celery reports a task's failure) are read back.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,9 +17,9 @@ import pytest
 from celery import Celery
 
 from agent_client import ToolClient, ToolExecutionError, remote_tool
+from tests.integration.workers import module_worker
 from toolexec import WorkerProcess
 
-from .conftest import PROJECT_ROOT
 from .support import EventsWorker, kwargsrepr_of, send_like_the_client, wait_until
 from .test_monitoring import flower, flower_get, stock_request
 
@@ -35,16 +34,9 @@ def events_worker(
     contract_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     """The events worker of :mod:`tests.contract.conftest`, logging at INFO."""
-    worker = EventsWorker(
-        name=f"contract-truth-{uuid.uuid4().hex[:8]}",
-        pool="prefork",
-        concurrency=2,
-        env=contract_env,
-        cwd=PROJECT_ROOT,
-        log_dir=tmp_path_factory.mktemp("truth-worker"),
-        loglevel="INFO",
-    )
-    with worker:
+    with module_worker(
+        tmp_path_factory, "contract-truth", env=contract_env, kind=EventsWorker, loglevel="INFO"
+    ) as worker:
         yield worker
 
 

@@ -54,6 +54,7 @@ from wire.settings import Settings
 from .conftest import PROJECT_ROOT
 from .polling import wait_until
 from .raw_calls import push_call, read_replies
+from .workers import module_worker
 
 if TYPE_CHECKING:
     from .conftest import WorkerFactory
@@ -79,16 +80,7 @@ def idem_worker(
     idem_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     """One prefork worker (concurrency 4) on the ``idem`` queue, for this module."""
-    worker = WorkerProcess(
-        name=f"idem-{uuid.uuid4().hex[:8]}",
-        pool="prefork",
-        concurrency=4,
-        queues=("idem",),
-        env=idem_env,
-        cwd=PROJECT_ROOT,
-        log_dir=tmp_path_factory.mktemp("idem-worker"),
-    )
-    with worker:
+    with module_worker(tmp_path_factory, "idem", env=idem_env, concurrency=4, queues=("idem",)) as worker:
         yield worker
 
 

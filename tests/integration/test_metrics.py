@@ -15,7 +15,6 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -28,10 +27,10 @@ from wire.message import redis_envelope, task_headers
 from wire.models import TASK_AT_MOST_ONCE, CallRequest
 
 from .polling import wait_until
+from .workers import module_worker
 
 pytestmark = pytest.mark.integration
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 #: (metric sample name, labels) -> value.
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -48,20 +47,12 @@ def metrics_worker(
     probe_env: dict[str, str], metrics_port: int, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     """A prefork worker with two children and metrics on, the only consumer of ``observe``."""
-    worker = WorkerProcess(
-        name=f"metrics-{uuid.uuid4().hex[:8]}",
-        pool="prefork",
-        concurrency=2,
-        queues=("observe",),
-        env={
-            **probe_env,
-            "TOOLEXEC_TOOL_MODULES": "tests.integration.observe_tools",
-            "TOOLEXEC_METRICS_PORT": str(metrics_port),
-        },
-        cwd=PROJECT_ROOT,
-        log_dir=tmp_path_factory.mktemp("metrics-worker"),
-    )
-    with worker:
+    env = {
+        **probe_env,
+        "TOOLEXEC_TOOL_MODULES": "tests.integration.observe_tools",
+        "TOOLEXEC_METRICS_PORT": str(metrics_port),
+    }
+    with module_worker(tmp_path_factory, "metrics", env=env, queues=("observe",)) as worker:
         yield worker
 
 

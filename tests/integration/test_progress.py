@@ -12,7 +12,6 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -30,10 +29,10 @@ from toolexec import Pool, WorkerProcess
 from wire import keys
 
 from .polling import wait_until
+from .workers import module_worker
 
 pytestmark = pytest.mark.integration
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module", params=["prefork", "threads", "solo", "asyncio"])
@@ -44,16 +43,8 @@ def observe_worker(
 ) -> Iterator[WorkerProcess]:
     """One worker of the given pool, the only consumer of ``observe``."""
     pool: Pool = request.param
-    worker = WorkerProcess(
-        name=f"observe-{pool}-{uuid.uuid4().hex[:8]}",
-        pool=pool,
-        concurrency=2,
-        queues=("observe",),
-        env={**probe_env, "TOOLEXEC_TOOL_MODULES": "tests.integration.observe_tools"},
-        cwd=PROJECT_ROOT,
-        log_dir=tmp_path_factory.mktemp(f"observe-{pool}"),
-    )
-    with worker:
+    env = {**probe_env, "TOOLEXEC_TOOL_MODULES": "tests.integration.observe_tools"}
+    with module_worker(tmp_path_factory, f"observe-{pool}", env=env, pool=pool, queues=("observe",)) as worker:
         yield worker
 
 

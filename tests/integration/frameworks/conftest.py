@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from agent_client import ToolClient, configure
+from tests.integration.workers import module_worker
 from toolexec import WorkerProcess
 from wire.settings import Settings
 
@@ -43,16 +44,7 @@ def framework_worker(
 
     Per module: other modules run workers of their own on ``default`` with other tools.
     """
-    worker = WorkerProcess(
-        name=f"frameworks-{uuid.uuid4().hex[:8]}",
-        pool="prefork",
-        concurrency=4,
-        queues=QUEUES,
-        env=framework_env,
-        cwd=ROOT,
-        log_dir=tmp_path_factory.mktemp("frameworks-worker"),
-    )
-    with worker:
+    with module_worker(tmp_path_factory, "frameworks", env=framework_env, concurrency=4, queues=QUEUES) as worker:
         yield worker
 
 
@@ -77,14 +69,6 @@ def observe_worker(
     settings_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     """A worker that alone serves the ``observe`` tools (they report progress), per module."""
-    worker = WorkerProcess(
-        name=f"observe-{uuid.uuid4().hex[:8]}",
-        pool="prefork",
-        concurrency=2,
-        queues=("observe",),
-        env={**settings_env, "TOOLEXEC_TOOL_MODULES": "tests.integration.observe_tools"},
-        cwd=ROOT,
-        log_dir=tmp_path_factory.mktemp("observe-worker"),
-    )
-    with worker:
+    env = {**settings_env, "TOOLEXEC_TOOL_MODULES": "tests.integration.observe_tools"}
+    with module_worker(tmp_path_factory, "observe", env=env, queues=("observe",)) as worker:
         yield worker
