@@ -27,6 +27,13 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture
+def empty_redis(flush_redis: Callable[[], None], tool_client: ToolClient) -> None:
+    """Redis emptied, and this module's client told so: its catalog view, cached for half
+    a heartbeat interval, would still list what the last test's workers served."""
+    tool_client.catalog.invalidate()
+
+
 def test_a_call_to_a_known_tool_with_no_live_worker_waits_in_its_queue_for_one(
     tool_client: ToolClient,
     worker_factory: WorkerFactory,
@@ -55,8 +62,7 @@ def test_a_call_to_a_known_tool_with_no_live_worker_waits_in_its_queue_for_one(
 
 
 def test_remote_tool_waits_for_a_worker_when_the_agent_starts_before_its_workers(
-    flush_redis: Callable[[], None],
-    tool_client: ToolClient,
+    empty_redis: None,
     worker_factory: WorkerFactory,
     probe_env: dict[str, str],
 ) -> None:
@@ -75,8 +81,7 @@ def test_remote_tool_waits_for_a_worker_when_the_agent_starts_before_its_workers
 
 
 def test_remote_tools_waits_for_a_worker_when_the_agent_starts_before_its_workers(
-    flush_redis: Callable[[], None],
-    tool_client: ToolClient,
+    empty_redis: None,
     worker_factory: WorkerFactory,
     probe_env: dict[str, str],
 ) -> None:
