@@ -14,15 +14,19 @@ from agent_client.errors import (
     BrokerUnavailable,
     RemoteToolError,
     ToolArgumentsInvalid,
+    ToolCancelled,
     ToolExecutionError,
     ToolNotFound,
     ToolOutcomeUnknown,
     ToolTimeoutError,
     WorkerLost,
 )
+from agent_client.handles import CallHandle, CallNotFound
 from agent_client.progress import ProgressEvent, ToolResult
-from agent_client.remote import RemoteTool, RemoteToolset, remote_tool, remote_tools
-from agent_client.scope import current_run_id, run_scope
+from agent_client.remote import RemoteTool, remote_tool
+from agent_client.runs import current_run_id, run_scope
+from agent_client.submitted import attach
+from agent_client.toolset import RemoteToolset, remote_tools
 
 __all__ = [
     # Proxies
@@ -30,6 +34,9 @@ __all__ = [
     "remote_tools",
     "RemoteTool",
     "RemoteToolset",
+    # Handles
+    "CallHandle",
+    "attach",
     # Runs
     "run_scope",
     "current_run_id",
@@ -51,5 +58,7 @@ __all__ = [
     "ToolTimeoutError",
     "WorkerLost",
     "ToolOutcomeUnknown",
+    "ToolCancelled",
+    "CallNotFound",
     "BrokerUnavailable",
 ]

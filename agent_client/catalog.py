@@ -2,7 +2,7 @@
 
 The view is cached for a fraction of the heartbeat interval, so a call costs no extra
 round trip while a dead worker's tools still disappear within about one interval. It
-is read on the client's I/O thread (:mod:`agent_client.io`): a call never waits for it
+is read on the client's I/O thread (:mod:`agent_client._io.loop`): a call never waits for it
 (a stale view is refreshed in the background while the call goes on with the spec it
 has), and :meth:`Catalog.spec`, which builds proxies, waits at most a bounded time;
 a caller on an event loop awaits the same read (:meth:`Catalog.spec_async`) instead.
@@ -29,9 +29,10 @@ from typing import Any
 
 import pydantic
 
+from agent_client._io.link import NotSent, Refused, Unknown
+from agent_client._io.loop import IOThread
 from agent_client.clock import ClockMeter
 from agent_client.errors import BrokerUnavailable, ToolNotFound
-from agent_client.io import IOThread, NotSent, Refused, Unknown
 from wire import keys
 from wire.clock import SharedClock
 from wire.models import ToolSpec, WorkerInfo
@@ -57,6 +58,7 @@ class _View:
     served: dict[str, frozenset[str]] = field(default_factory=dict)
     read_at: float = -math.inf
     workers: dict[str, frozenset[str]] = field(default_factory=dict)  # live worker id -> queues
+    beat_at: dict[str, float] = field(default_factory=dict)  # live worker id -> its last beat (shared clock)
 
     def served_spec(self, name: str) -> ToolSpec | None:
         spec = self.specs.get(name)
@@ -101,7 +103,7 @@ class Catalog:
     def invalidate(self) -> None:
         """Forget the cached view's age; the next look-up reads Redis."""
         view = self._view
-        self._view = _View(view.specs, view.served, workers=view.workers)
+        self._view = _View(view.specs, view.served, workers=view.workers, beat_at=view.beat_at)
 
     async def worker_gone(self, queue: str, since: float) -> bool:
         """Whether a worker of ``queue`` stopped beating at or after ``since`` and is still gone.
@@ -115,6 +117,23 @@ class Catalog:
         except Exception as exc:  # noqa: BLE001 - answered from what the last read saw
             logger.debug("could not read the catalog to look for a lost worker: %s", type(exc).__name__)
         return any(queue in queues and gone_at >= since for queues, gone_at in self._gone.values())
+
+    async def beating_since(self, queue: str, since: float) -> bool:
+        """Whether every live worker of ``queue`` has beaten at or after ``since`` (epoch
+        seconds on the shared clock), as its own heartbeat writes it; reads the catalog
+        first (call on the I/O loop).
+
+        A worker kept alive while it cannot beat (its keeper, a Redis out of memory:
+        ``executor.keeper``) has not beaten, so a call it may hold without a record yet
+        is not taken for lost. Unreadable: False (nothing is concluded).
+        """
+        try:
+            await self._read()
+        except Exception as exc:  # noqa: BLE001 - nothing concluded from an old read
+            logger.debug("could not read the catalog to see who beats: %s", type(exc).__name__)
+            return False
+        view = self._view
+        return all(view.beat_at.get(w, -math.inf) >= since for w, queues in view.workers.items() if queue in queues)
 
     # -- reads that wait (bounded) ---------------------------------------------------------
 
@@ -144,6 +163,9 @@ class Catalog:
                 if found is not None:
                     return found
             except BrokerUnavailable as exc:
+                last = self._last_served(name, exc)
+                if last is not None:
+                    return last
                 error = exc
             left = ends - time.monotonic()
             if left <= 0:
@@ -210,14 +232,29 @@ class Catalog:
             BrokerUnavailable: Redis cannot be read within ``timeout``.
         """
         read = self._stale(self._view)
-        if read:
-            await self._refresh_async(timeout)
-        found = self._view.served_spec(name)
-        if found is None and not read:
-            await self._refresh_async(timeout)
+        try:
+            if read:
+                await self._refresh_async(timeout)
             found = self._view.served_spec(name)
+            if found is None and not read:
+                await self._refresh_async(timeout)
+                found = self._view.served_spec(name)
+        except BrokerUnavailable as exc:
+            found = self._last_served(name, exc)
+            if found is None:
+                raise
         if found is None:
             raise self._not_found(name)
+        return found
+
+    def _last_served(self, name: str, error: BrokerUnavailable) -> ToolSpec | None:
+        """While Redis cannot be read: the spec of ``name`` as the last read saw it served,
+        if any. A proxy built from it calls as any proxy does: each call is sent again
+        and again until its own deadline, and ends in its result if Redis comes back."""
+        found = self._view.served_spec(name)
+        if found is not None:
+            age = time.monotonic() - self._view.read_at
+            logger.info("%s; tool %r is served as the catalog read %.1fs ago saw it", error, name, age)
         return found
 
     async def specs_async(
@@ -330,6 +367,7 @@ def _ok(reply: Any) -> Any:
 def _parse(raw_specs: dict[bytes, bytes] | list[bytes], beats: list[Any]) -> _View:
     served: dict[str, set[str]] = {}
     workers: dict[str, frozenset[str]] = {}
+    beat_at: dict[str, float] = {}
     for beat in beats:
         if beat is None:
             continue
@@ -338,6 +376,7 @@ def _parse(raw_specs: dict[bytes, bytes] | list[bytes], beats: list[Any]) -> _Vi
         except pydantic.ValidationError:
             continue
         workers[info.worker_id] = frozenset(info.queues)
+        beat_at[info.worker_id] = info.beat_at
         for tool in info.tools:
             served.setdefault(tool, set()).update(info.queues)
     specs: dict[str, ToolSpec] = {}
@@ -348,4 +387,5 @@ def _parse(raw_specs: dict[bytes, bytes] | list[bytes], beats: list[Any]) -> _Vi
         except pydantic.ValidationError:
             continue
         specs[spec.name] = spec
-    return _View(specs, {name: frozenset(queues) for name, queues in served.items()}, time.monotonic(), workers)
+    served_by = {name: frozenset(queues) for name, queues in served.items()}
+    return _View(specs, served_by, time.monotonic(), workers, beat_at)

@@ -2,15 +2,15 @@
 
 One :class:`ToolClient` per process (:func:`get_client`) holds the catalog view, the
 reply router, the lost-call watchdog and the publisher, all driven by one background
-thread (:mod:`agent_client.io`) that does every Redis round trip. A call is prepared
-(:mod:`agent_client.prepare`), sent (:mod:`agent_client.send`) and waited for
-(:mod:`agent_client.wait`); ``call`` (async) and ``call_sync`` drive the same attempts
-loop, :meth:`ToolClient.attempts`. The caller itself never waits on a socket, so only
-its deadline ends its wait, whatever Redis does.
+thread (:mod:`agent_client._io.loop`) that does every Redis round trip. A call is
+prepared (:mod:`agent_client.prepare`), sent (:mod:`agent_client._io.send`) and waited
+for until its deadline (:mod:`agent_client.deadline`); ``call`` (async) and
+``call_sync`` drive the same attempts loop, :meth:`ToolClient.attempts`, whose outcome
+becomes a result or an error (:func:`agent_client.errors.result_of`). The caller itself
+never waits on a socket, so only its deadline ends its wait, whatever Redis does.
 
-A client survives ``fork()``: in the child it takes a new client id (so a new reply
-list), a new background thread and new connections, and forgets the parent's waiting
-calls, while the parent keeps its own. Proxies made before the fork keep working in both.
+A client survives ``fork()``: in the child it takes a new client id (a new reply list),
+thread and connections, and forgets the parent's waiting calls; proxies work in both.
 """
 
 from __future__ import annotations
@@ -24,43 +24,34 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from agent_client._futures import Waiter, settle
-from agent_client.brokers import AMQP_SCHEMES, REDIS_SCHEMES
-from agent_client.callstate import CallState
+from agent_client._io.callstate import OP_TIMEOUT, SEND_STALL, CallState, Send
+from agent_client._io.link import Refused, Unknown
+from agent_client._io.loop import IOThread, Waiter, reset_after_fork, settle
+from agent_client._io.replies import ProgressReceiver, ReplyRouter
+from agent_client._io.send import LoopBatcher, Publisher
+from agent_client._io.watchdog import Watchdog
+from agent_client.cancel import abandoned
 from agent_client.catalog import Catalog
-from agent_client.deadline import time_left
-from agent_client.errors import (
-    BrokerUnavailable,
-    RemoteToolError,
-    ToolArgumentsInvalid,
-    ToolExecutionError,
-    ToolNotFound,
-    ToolOutcomeUnknown,
-    ToolTimeoutError,
-    WorkerLost,
-)
-from agent_client.io import IOThread
+from agent_client.deadline import Attempts, drive_async, drive_sync, time_left
+from agent_client.errors import ToolTimeoutError, deadline_error, result_of
 from agent_client.prepare import PreparedCall, prepare_call
 from agent_client.progress import ProgressSink
-from agent_client.replies import ReplyRouter
-from agent_client.scope import current_run_id
-from agent_client.send import LoopBatcher, Publisher, Send
-from agent_client.stored import StoredOutcomes
+from agent_client.runs import StoredOutcomes, current_run_id
 from agent_client.validation import ArgumentValidator
-from agent_client.wait import Attempts, drive_async, drive_sync
-from agent_client.watchdog import Watchdog
 from wire import clock as wire_clock
 from wire import keys
 from wire.models import CallOutcome, ErrorKind, ToolSpec, should_store
 from wire.settings import Settings
+from wire.urls import AMQP_SCHEMES, REDIS_SCHEMES
 
-__all__ = ["ToolClient", "configure", "get_client", "result_of"]
+__all__ = ["ToolClient", "configure", "get_client"]
 
 logger = logging.getLogger(__name__)
 
+#: The brokers a client publishes to (a worker also takes kombu's in-memory one).
 _BROKER_SCHEMES = (*REDIS_SCHEMES, *AMQP_SCHEMES)
 
 class ToolClient:
@@ -86,7 +77,10 @@ class ToolClient:
         self.client_id = uuid.uuid4().hex
         self._pid = os.getpid()
         self._origin = f"toolexec-client@{self._pid}"
-        self.io = IOThread(services=[self._listen, self._tick])
+        self.io = IOThread(services=[self._listen, self._tick, self._beat])
+        #: Whether this client's liveness key has been written since its thread started:
+        #: from then on its calls ask workers to shed them should it die (``caller_beats``).
+        self.beating = False
         self.catalog = Catalog(
             self.io, settings.redis_url, max_age=min(1.0, settings.heartbeat_interval / 2), clock=wire_clock.shared_clock
         )
@@ -97,7 +91,7 @@ class ToolClient:
         self.watchdog = Watchdog(
             self.replies, self.io, store_url=settings.redis_url, broker_url=settings.broker_url,
             interval=settings.heartbeat_interval, max_deliveries=settings.max_deliveries,
-            worker_gone=self.catalog.worker_gone,
+            worker_gone=self.catalog.worker_gone, beating_since=self.catalog.beating_since,
         )  # fmt: skip
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopBatcher] = weakref.WeakKeyDictionary()
 
@@ -113,6 +107,28 @@ class ToolClient:
                 await self.watchdog.check()
             except Exception as exc:  # noqa: BLE001 - the next round tries again
                 logger.debug("the watchdog could not look at the waiting calls: %s", type(exc).__name__)
+
+    async def _beat(self) -> None:
+        # That this client still waits (wire.keys.caller): a worker sheds a queued call
+        # whose caller's key is gone. One interval long, written three times an interval;
+        # while Redis refuses writes for want of memory, kept alive with PEXPIRE.
+        link = self.io.link(self.settings.redis_url, "beat")
+        key, life = keys.caller(self.client_id), int(self.settings.heartbeat_interval * 1000)
+
+        async def leave() -> None:  # closed: its calls still queued are shed at once
+            await link.execute([("DEL", key)], timeout=OP_TIMEOUT)
+
+        self.io.on_close(leave)
+        while True:
+            try:
+                (reply,) = await link.execute([("SET", key, "1", "PX", life)], timeout=OP_TIMEOUT)
+                if isinstance(reply, Refused):
+                    (reply,) = await link.execute([("PEXPIRE", key, life)], timeout=OP_TIMEOUT)
+                if not isinstance(reply, Refused | Unknown):
+                    self.beating = True
+            except Exception as exc:  # noqa: BLE001 - Redis away, or anything else: the next beat tries again
+                logger.debug("could not write this client's liveness: %s", type(exc).__name__)
+            await asyncio.sleep(self.settings.heartbeat_interval / 3)
 
     # -- one attempt -----------------------------------------------------------------
 
@@ -137,6 +153,7 @@ class ToolClient:
         timeout: float | None,
         run_id: str | None = None,
         idempotency_key: str | None = None,
+        handle: bool = False,
     ) -> PreparedCall:
         """Validate, key and encode one call (no I/O: the catalog view is read as cached).
 
@@ -151,7 +168,8 @@ class ToolClient:
                 spec, arguments, validator=self.validator(spec), settings=self.settings,
                 call_id=f"{self.client_id}-{next(self._numbers)}", reply_to=self.client_id,
                 timeout=timeout, run_id=run_id if run_id is not None else current_run_id(),
-                idempotency_key=idempotency_key, origin=self._origin,
+                idempotency_key=idempotency_key, origin=self._origin, caller_beats=self.beating,
+                handle=handle,
             )  # fmt: skip
 
         call = build(spec)  # a bad call is refused before any I/O
@@ -186,45 +204,49 @@ class ToolClient:
         ``batcher`` the send waits for the end of the event loop's turn. Returns at
         once: the client's I/O thread does the sending.
         """
-        call, future, _ = self._start(
-            spec, arguments, timeout=timeout, run_id=run_id, idempotency_key=idempotency_key, batcher=batcher
-        )
+        call = self.prepare(spec, arguments, timeout=timeout, run_id=run_id, idempotency_key=idempotency_key)
+        future, _ = self._send(call, timeout=timeout, batcher=batcher)
         return call, future
 
-    def _start(
+    def _send(
         self,
-        spec: ToolSpec,
-        arguments: dict[str, Any],
+        call: PreparedCall,
         *,
         timeout: float | None,
-        run_id: str | None = None,
-        idempotency_key: str | None = None,
-        batcher: LoopBatcher | None = None,
-        progress: ProgressSink | None = None,
-    ) -> tuple[PreparedCall, Waiter, CallState | None]:
-        call = self.prepare(spec, arguments, timeout=timeout, run_id=run_id, idempotency_key=idempotency_key)
+        batcher: LoopBatcher | None,
+        progress: ProgressReceiver | None = None,
+        record: dict[str, str] | None = None,
+    ) -> tuple[Waiter, CallState | None]:
+        """Send ``call``: its future, and its state (None for an outcome this process has stored).
+
+        ``record`` is a submitted call's record (``wire.handles``), written before its
+        message goes out; a submitted call is always sent, even when this process has
+        its outcome stored (the worker answers it from the store, and ends its record).
+        """
         loop = batcher.loop if batcher is not None else None
         key = call.idempotency_key
-        if key is not None and (seen := self.stored.get(key)) is not None:
+        if key is not None and record is None and (seen := self.stored.get(key)) is not None:
             # A repeat of a call whose outcome this process has seen stored: no I/O.
             future: Waiter = loop.create_future() if loop is not None else concurrent.futures.Future()
             settle(future, result=seen)
-            return call, future, None
+            return future, None
         state = CallState(
             tool=call.spec.name, delivery=call.spec.delivery, queue=call.spec.queue, envelope=call.envelope,
-            running_keys=call.running_keys, idempotency_key=key,
+            running_keys=call.running_keys, idempotency_key=key, pushed=call.envelope,
+            fence_ttl_ms=call.claim_ttl_ms or call.sent_ttl_ms,
         )  # fmt: skip
         future = self.replies.expect(call.call_id, state, loop=loop, progress=progress)
         send = Send(
             call=call, future=future, state=state,
             expires_at=None if timeout is None else time.monotonic() + timeout,
+            record=record, record_ttl_ms=self.settings.handle_ttl * 1000,
         )  # fmt: skip
         state.resend = lambda: self.publisher.send([send])
         if batcher is not None:
             batcher.add(send)
         else:
             self.publisher.send([send])
-        return call, future, state
+        return future, state
 
     # -- the call: attempts until an outcome counts ------------------------------------
 
@@ -237,6 +259,7 @@ class ToolClient:
         ends: float | None,
         clock: Callable[[], float],
         batcher: LoopBatcher | None = None,
+        progress: ProgressSink | None = None,
         **options: Any,
     ) -> Attempts:
         """The one wait loop: start an attempt, yield its future, take its outcome.
@@ -245,15 +268,22 @@ class ToolClient:
         caller's deadline passed before it started (nothing ran, the claim is free).
         At the deadline the error says how far the send got: not sent
         (``BrokerUnavailable``), maybe sent (``ToolOutcomeUnknown``), or sent and not
-        answered in time (``ToolTimeoutError``).
+        answered in time (``ToolTimeoutError``). ``options`` are :meth:`prepare`'s.
         """
         while True:
             left = None if ends is None else max(0.0, ends - clock())
-            call, future, state = self._start(spec, arguments, timeout=left, batcher=batcher, **options)
+            call = self.prepare(spec, arguments, timeout=left, **options)
+            future, state = self._send(call, timeout=left, batcher=batcher, progress=progress)
             try:
                 outcome = yield future
             except ToolTimeoutError as exc:
-                raise _deadline_error(call, state, exc) from None
+                stalled = self.publisher.stalled(longer_than=SEND_STALL)
+                sent = None if state is None else state.abandon()
+                abandoned(self, call, state)
+                raise deadline_error(call.spec.name, exc, sent, stalled=stalled) from None
+            except BaseException:  # the caller's task cancelled, or the generator closed
+                abandoned(self, call, state)
+                raise
             finally:
                 self.replies.forget(call.call_id)
             if not _joined_an_expired_call(call, outcome):
@@ -321,50 +351,15 @@ class ToolClient:
         self.stored.after_fork()
 
 
-def _deadline_error(call: PreparedCall, state: CallState | None, error: ToolTimeoutError) -> RemoteToolError:
-    if state is None:
-        return error
-    confirmed, written, why = state.abandon()
-    if confirmed:
-        return error
-    tool = call.spec.name
-    if written:
-        return ToolOutcomeUnknown(tool, error.timeout, reason=why)
-    return BrokerUnavailable(
-        f"cannot send the call to {tool!r}: the broker could not take it within its {error.timeout:g}s deadline"
-        f"{f' ({why})' if why else ''}; the call was not sent",
-        tool=tool,
-    )
-
-
 def _joined_an_expired_call(call: PreparedCall, outcome: CallOutcome) -> bool:
     # This caller joined an execution whose own caller's deadline passed before it
-    # started: nothing ran and the claim is free, so claim it again for this caller.
+    # started, or that its own caller cancelled: nothing is stored and the claim is
+    # free, so claim it again for this caller (which was not cancelled).
     return (
         outcome.error is not None
-        and outcome.error.kind is ErrorKind.EXPIRED
+        and outcome.error.kind in (ErrorKind.EXPIRED, ErrorKind.CANCELLED)
         and outcome.call_id != call.call_id
     )
-
-
-def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None, available: Iterable[str] = ()) -> Any:
-    """The outcome's result, or the error it carries raised as a :class:`RemoteToolError`."""
-    if outcome.ok:
-        return outcome.result
-    error = outcome.error
-    if error is None:
-        raise RemoteToolError(f"tool {tool!r} failed without an error description", tool=tool)
-    if error.kind is ErrorKind.INVALID_ARGUMENTS:
-        raise ToolArgumentsInvalid(tool, [error.message])
-    if error.kind is ErrorKind.NOT_FOUND:
-        raise ToolNotFound(tool, available, reason=error.message)
-    if error.kind is ErrorKind.WORKER_LOST:
-        if error.type == ToolOutcomeUnknown.__name__:  # the client's watchdog: lost, no worker died
-            raise ToolOutcomeUnknown(tool, None, reason=error.message)
-        raise WorkerLost(f"tool {tool!r}: {error.message}", tool=tool)
-    if error.kind is ErrorKind.EXPIRED:
-        raise ToolTimeoutError(tool, timeout or 0.0)
-    raise ToolExecutionError(tool, error.type, error.message)
 
 
 _lock = threading.Lock()
@@ -375,17 +370,13 @@ _live: weakref.WeakSet[ToolClient] = weakref.WeakSet()
 _inherited: list[object] = []
 
 
-def _after_fork_in_child() -> None:
+def _new_lock_after_fork() -> None:
     global _lock
-    _lock = threading.Lock()
-    for client in list(_live):
-        try:
-            client._after_fork()
-        except Exception as exc:  # noqa: BLE001 - a fork must never fail because of us
-            logger.warning("could not reset a toolexec client after fork: %s", type(exc).__name__)
+    _lock = threading.Lock()  # whoever held it in the parent is not in the child
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)
+os.register_at_fork(after_in_child=_new_lock_after_fork)
+reset_after_fork(_live, ToolClient._after_fork, what="reset a toolexec client")
 
 
 def configure(settings: Settings | None = None) -> ToolClient:

@@ -2,7 +2,7 @@
 
 Deadlines travel on Redis' clock (:mod:`wire.clock`); each process measures its offset
 to it. The client measures with the asyncio client of its I/O thread
-(:mod:`agent_client.io`), on a connection of its own, each ``TIME`` round trip bounded
+(:mod:`agent_client._io.loop`), on a connection of its own, each ``TIME`` round trip bounded
 by :data:`ROUND_TRIP_TIMEOUT`: a frozen or slow Redis never stalls the loop, which
 serves every other call's sends, replies and deadlines meanwhile. A measurement is
 tried at most once per :data:`RETRY_AFTER` seconds, whatever came of the last one, and
@@ -16,7 +16,8 @@ import logging
 import math
 import time
 
-from agent_client.io import IOThread, NotSent, Refused, Unknown
+from agent_client._io.link import NotSent, Refused, Unknown
+from agent_client._io.loop import IOThread
 from wire.clock import Sample, SharedClock, server_seconds
 from wire.redis_errors import explain
 

@@ -1,4 +1,4 @@
-"""Errors a remote tool call raises in the agent process.
+"""Errors a remote tool call raises in the agent process, and how an outcome becomes one.
 
 ```
 RemoteToolError
@@ -8,21 +8,36 @@ RemoteToolError
 ├── ToolTimeoutError        the deadline passed; the caller stopped waiting
 ├── WorkerLost              the worker died while running the call
 ├── ToolOutcomeUnknown      the call may have run, and no reply came in time (or Redis lost it)
+├── ToolCancelled           the call was cancelled: it never started, or it was stopped
 └── BrokerUnavailable       Redis or the broker cannot be reached; the call was not sent
 ```
 
 Each message is written to be shown to a model as it is: it names the tool and says
 what went wrong.
+
+A failure crosses the wire as data (:class:`wire.models.ErrorInfo`: its kind, the
+remote type's name and message), and :func:`result_of` raises it here: ``not_found``
+as ``ToolNotFound``, ``invalid_arguments`` as ``ToolArgumentsInvalid``, ``expired`` as
+``ToolTimeoutError``, ``worker_lost`` as ``WorkerLost`` (or ``ToolOutcomeUnknown``,
+the client's watchdog's verdict on a call Redis lost), ``cancelled`` as
+``ToolCancelled``, any other (``execution``, ``hard_timeout``) as ``ToolExecutionError``. A call whose deadline passed with no
+outcome is a timeout, unless its send failed or stalled: then :func:`deadline_error`
+says how far it got (``BrokerUnavailable``: not sent; ``ToolOutcomeUnknown``: maybe).
+``__all__`` is the tree; the two functions are the client's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+from wire.models import CallOutcome, ErrorKind
 
 __all__ = [
     "BrokerUnavailable",
     "RemoteToolError",
     "ToolArgumentsInvalid",
+    "ToolCancelled",
     "ToolExecutionError",
     "ToolNotFound",
     "ToolOutcomeUnknown",
@@ -67,12 +82,18 @@ class ToolExecutionError(RemoteToolError):
     Attributes:
         remote_type: The remote exception's type name, e.g. ``"ValueError"``.
         remote_message: The remote exception's message.
+        attempts: How many times the worker ran the tool before it gave up: more than 1
+            for a tool that retries (``@tool(retries=...)``).
     """
 
-    def __init__(self, tool: str, remote_type: str, remote_message: str) -> None:
+    def __init__(
+        self, tool: str, remote_type: str, remote_message: str, *, attempts: int = 1
+    ) -> None:
         self.remote_type = remote_type
         self.remote_message = remote_message
-        super().__init__(f"tool {tool!r} failed: {remote_type}: {remote_message}", tool=tool)
+        self.attempts = attempts
+        after = f" (after {attempts} attempts)" if attempts > 1 else ""
+        super().__init__(f"tool {tool!r} failed: {remote_type}: {remote_message}{after}", tool=tool)
 
 
 class ToolTimeoutError(RemoteToolError):
@@ -125,5 +146,73 @@ class ToolOutcomeUnknown(RemoteToolError):
         )
 
 
+class ToolCancelled(RemoteToolError):
+    """The call was cancelled (``CallHandle.cancel()``, ``toolexec cancel``, or its caller
+    stopped waiting for a tool with ``on_abandon="cancel"``): it never started, or it was
+    stopped. No outcome of it is stored: the same call again runs again."""
+
+    def __init__(self, tool: str, message: str = "") -> None:
+        super().__init__(message or f"the call to {tool!r} was cancelled", tool=tool)
+
+
 class BrokerUnavailable(RemoteToolError):
     """Redis or the broker cannot be reached; the call was not sent, so a retry is safe."""
+
+
+# -- an outcome, or a deadline, as an error ---------------------------------------------
+
+
+def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None, available: Iterable[str] = ()) -> Any:
+    """The outcome's result, or the error it carries raised as a :class:`RemoteToolError`."""
+    if outcome.ok:
+        return outcome.result
+    error = outcome.error
+    if error is None:
+        raise RemoteToolError(f"tool {tool!r} failed without an error description", tool=tool)
+    if error.kind is ErrorKind.INVALID_ARGUMENTS:
+        raise ToolArgumentsInvalid(tool, [error.message])
+    if error.kind is ErrorKind.NOT_FOUND:
+        reason = error.message
+        if tool in available:  # the worker that took it lacks a tool others on its queue serve
+            reason += (
+                ", though other live workers serve it on its queue: every worker consuming a queue "
+                "must serve the same tools (`toolexec doctor` names the workers that do not)"
+            )
+        raise ToolNotFound(tool, available, reason=reason)
+    if error.kind is ErrorKind.WORKER_LOST:
+        if error.type == ToolOutcomeUnknown.__name__:  # the client's watchdog: lost, no worker died
+            raise ToolOutcomeUnknown(tool, None, reason=error.message)
+        raise WorkerLost(f"tool {tool!r}: {error.message}", tool=tool)
+    if error.kind is ErrorKind.EXPIRED:
+        raise ToolTimeoutError(tool, timeout or 0.0)
+    if error.kind is ErrorKind.CANCELLED:
+        raise ToolCancelled(tool, error.message)
+    raise ToolExecutionError(tool, error.type, error.message, attempts=error.attempts)
+
+
+def deadline_error(
+    tool: str, error: ToolTimeoutError, sent: tuple[bool, bool, str] | None, *, stalled: bool
+) -> RemoteToolError:
+    """What a caller whose deadline passed hears, by how far its send got.
+
+    Args:
+        tool: The tool's name.
+        error: The deadline's own error.
+        sent: ``(confirmed, written, why the last send failed)`` as the caller left the
+            call (``CallState.abandon``), or None for a call with nothing to send.
+        stalled: Whether the broker has kept the client's sends waiting, or failed them.
+    """
+    if sent is None:
+        return error
+    confirmed, written, why = sent
+    if confirmed or not (why or stalled):
+        # Sent and queued; or Redis was answering and the deadline was shorter than the
+        # way there (its send not taken yet, or on its way): the deadline passed, no more.
+        return error
+    if written:
+        return ToolOutcomeUnknown(tool, error.timeout, reason=why)
+    return BrokerUnavailable(
+        f"cannot send the call to {tool!r}: the broker could not take it within its {error.timeout:g}s deadline"
+        f"{f' ({why})' if why else ''}; the call was not sent",
+        tool=tool,
+    )

@@ -4,7 +4,7 @@
 :class:`PreparedCall`: the :class:`~wire.models.CallRequest`, the Celery message ready
 for the queue's list, the TTL of its sent marker and, for an idempotent tool, its key
 and claim TTL (:func:`wire.keys.call_ttl_ms`). Sending it
-(:mod:`agent_client.send`) and waiting for it (:mod:`agent_client.wait`) are separate.
+(:mod:`agent_client._io.send`) and waiting for it (:mod:`agent_client.deadline`) are separate.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from agent_client.idempotency import idempotency_key as key_for
+from agent_client.runs import check_key
+from agent_client.runs import idempotency_key as key_for
 from agent_client.validation import ArgumentValidator
 from wire import keys
 from wire.clock import shared_now
@@ -88,6 +89,8 @@ def prepare_call(
     run_id: str | None,
     idempotency_key: str | None,
     origin: str,
+    caller_beats: bool = False,
+    handle: bool = False,
 ) -> PreparedCall:
     """Validate ``arguments`` and build the call's message; nothing is sent.
 
@@ -95,8 +98,10 @@ def prepare_call(
         ToolArgumentsInvalid: The arguments do not fit the schema, are not JSON, or are
             too large; the message names each offending field.
     """
-    # 1. Validate and encode the arguments, once.
+    # 1. Validate and encode the arguments, once; the run and key as the wire takes them.
     encoded = validator.check(arguments)
+    check_key(run_id, what="run_id")
+    check_key(idempotency_key, what="idempotency_key")
     # 2. The run and, for an idempotent tool, the key.
     if spec.idempotent and idempotency_key is None:
         run_id = run_id or uuid.uuid4().hex  # outside a run: a run of its own
@@ -115,9 +120,12 @@ def prepare_call(
         deadline=deadline,
         run_id=run_id,
         idempotency_key=idempotency_key,
+        caller_beats=caller_beats and not handle,  # a submitted call outlives its sender
+        handle=handle,
     )
     # 4. The Celery message, with the encoded arguments spliced in.
-    hard = spec.hard_timeout + CELERY_LIMIT_MARGIN if spec.hard_timeout else None
+    longest = spec.longest_run()  # every attempt of a tool that retries, and their pauses
+    hard = longest + CELERY_LIMIT_MARGIN if longest else None
     task_name = task_name_for(spec.delivery)
     headers = task_headers(
         request, task_name=task_name, hard_limit=hard, origin=origin, extra_headers=trace_context()

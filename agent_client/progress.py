@@ -181,11 +181,19 @@ class ProgressSink:
         done.wait(timeout)
         self._closed = True
 
-    def _handle(self, item: ProgressEvent | threading.Event) -> None:
+    def then(self, action: Callable[[], None]) -> None:
+        """Take no more events, and run ``action`` on the progress thread once the events
+        received so far are handled (a submitted call's end: ``agent_client.handles``)."""
+        _callbacks().put(self, action)
+
+    def _handle(self, item: ProgressEvent | threading.Event | Callable[[], None]) -> None:
         # On the progress thread.
         if isinstance(item, threading.Event):
             self._closed = True
             item.set()
+        elif not isinstance(item, ProgressEvent):
+            self._closed = True
+            item()
         elif not self._closed:
             self._call(item)
 
@@ -200,13 +208,13 @@ class _CallbackThread:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self._queue: queue.SimpleQueue[tuple[ProgressSink, ProgressEvent | threading.Event]] = (
+        self._queue: queue.SimpleQueue[tuple[ProgressSink, ProgressEvent | threading.Event | Callable[[], None]]] = (
             queue.SimpleQueue()
         )
         thread = threading.Thread(target=self._run, name="toolexec-progress-callbacks", daemon=True)
         thread.start()
 
-    def put(self, sink: ProgressSink, item: ProgressEvent | threading.Event) -> None:
+    def put(self, sink: ProgressSink, item: ProgressEvent | threading.Event | Callable[[], None]) -> None:
         self._queue.put((sink, item))
 
     def _run(self) -> None:

@@ -8,12 +8,14 @@ ToolProvider (``Agent(tools=[remote_tool("search")])``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
+from agent_client.approval import check_approval
 from agent_client.client import ToolClient, get_client
 from agent_client.deadline import NOT_SET, Timeout, check_timeout, resolve_timeout, time_left
 from agent_client.errors import ToolTimeoutError
+from agent_client.handles import CallHandle
 from agent_client.progress import (
     ProgressCallback,
     ProgressEvent,
@@ -21,10 +23,11 @@ from agent_client.progress import (
     ToolResult,
     stream_call,
 )
+from agent_client.submitted import submit
 from agent_client.validation import parse_arguments
 from wire.models import ToolSpec
 
-__all__ = ["RemoteTool", "RemoteToolset", "remote_tool", "remote_tools"]
+__all__ = ["RemoteTool", "remote_tool"]
 
 
 class RemoteTool:
@@ -35,6 +38,8 @@ class RemoteTool:
         description: What the tool does, as the model reads it.
         parameters: JSON Schema of the arguments.
         idempotent: True when repeats within one run share one execution.
+        requires_approval: True when a person approves each call before it is sent
+            (the tool's ``@tool(requires_approval=)``, unless this proxy overrides it).
     """
 
     #: LazyBridge's ToolProvider protocol: ``Agent`` calls :meth:`as_tools`.
@@ -47,16 +52,23 @@ class RemoteTool:
         timeout: Timeout = NOT_SET,
         default_timeout: Timeout = NOT_SET,
         client: ToolClient | None = None,
+        requires_approval: bool | None = None,
     ) -> None:
         self.spec = spec
         self._timeout = check_timeout(timeout)
         self._default_timeout = check_timeout(default_timeout, what="default_timeout")
         self._client = client
+        self._approval = check_approval(requires_approval, spec.name)
 
     name = property(lambda self: self.spec.name, doc="The tool's name.")
     description = property(lambda self: self.spec.description, doc="What the tool does.")
     parameters = property(lambda self: self.spec.parameters, doc="JSON Schema of the arguments.")
     idempotent = property(lambda self: self.spec.idempotent, doc="Repeats within a run share one execution.")
+
+    @property
+    def requires_approval(self) -> bool:
+        """Whether a person approves each call first: this proxy's override, else the tool's."""
+        return self.spec.requires_approval if self._approval is None else self._approval
 
     @property
     def client(self) -> ToolClient:
@@ -133,15 +145,14 @@ class RemoteTool:
         Raises:
             RemoteToolError: One of its subclasses; see ``agent_client.errors``.
         """
-        arguments = self._arguments(arguments)
-        limit, options = self._resolve(timeout, framework_timeout, run_id, idempotency_key, started)
+        arguments, options = self._request(
+            arguments, timeout, framework_timeout, run_id, idempotency_key, started
+        )
         if on_progress is None:
-            return await self.client.call(self.spec, arguments, timeout=limit, started=started, **options)
+            return await self.client.call(self.spec, arguments, **options)
         sink = ProgressSink.for_loop(on_progress)
         try:
-            return await self.client.call(
-                self.spec, arguments, timeout=limit, started=started, progress=sink, **options
-            )
+            return await self.client.call(self.spec, arguments, progress=sink, **options)
         finally:
             await sink.aclose()
 
@@ -161,38 +172,65 @@ class RemoteTool:
         ``on_progress`` is called on this process's progress thread, one event after
         the other, and every event is handled before this returns.
         """
-        arguments = self._arguments(arguments)
-        limit, options = self._resolve(timeout, framework_timeout, run_id, idempotency_key, started)
+        arguments, options = self._request(
+            arguments, timeout, framework_timeout, run_id, idempotency_key, started
+        )
         if on_progress is None:
-            return self.client.call_sync(self.spec, arguments, timeout=limit, started=started, **options)
+            return self.client.call_sync(self.spec, arguments, **options)
         sink = ProgressSink.for_thread(on_progress)
         try:
-            return self.client.call_sync(
-                self.spec, arguments, timeout=limit, started=started, progress=sink, **options
-            )
+            return self.client.call_sync(self.spec, arguments, progress=sink, **options)
         finally:
             sink.close()
 
-    def _arguments(self, arguments: dict[str, Any] | str) -> dict[str, Any]:
-        """The arguments as a dict: a model's JSON text is parsed (ToolArgumentsInvalid if bad)."""
-        return parse_arguments(self.name, arguments) if isinstance(arguments, str) else arguments
-
-    def _resolve(
+    def submit(
         self,
+        arguments: dict[str, Any] | str,
+        *,
+        timeout: Timeout = NOT_SET,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        framework_timeout: Timeout = NOT_SET,
+        on_progress: ProgressCallback | None = None,
+        started: float | None = None,
+    ) -> CallHandle:
+        """Send the call and return its :class:`~agent_client.handles.CallHandle` at once.
+
+        The options are :meth:`invoke`'s. The handle waits (``await handle.result()``,
+        ``handle.result_sync()``), tells where the call is (``status()``) and cancels it
+        (``cancel()``); any process can find it again with ``agent_client.attach(handle.id)``
+        for ``TOOLEXEC_HANDLE_TTL`` seconds. ``on_progress`` is called on this process's
+        progress thread. Works from sync and async code alike (it does not block).
+
+        Raises:
+            ToolArgumentsInvalid: The arguments do not fit; nothing is sent.
+        """
+        arguments, options = self._request(
+            arguments, timeout, framework_timeout, run_id, idempotency_key, started
+        )
+        return submit(self.client, self.spec, arguments, on_progress=on_progress, **options)
+
+    def _request(
+        self,
+        arguments: dict[str, Any] | str,
         timeout: Timeout,
         framework_timeout: Timeout,
         run_id: str | None,
         idempotency_key: str | None,
         started: float | None,
-    ) -> tuple[float | None, dict[str, Any]]:
-        """The one body of :meth:`invoke` and :meth:`invoke_sync`: the deadline and options."""
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The one body of :meth:`invoke` and :meth:`invoke_sync`: the arguments as a dict
+        (a model's JSON text parsed, ToolArgumentsInvalid if bad) and the client's options
+        (the deadline resolved, a run, a key)."""
+        arguments = parse_arguments(self.name, arguments) if isinstance(arguments, str) else arguments
         if idempotency_key is not None and not self.spec.idempotent:
             raise ValueError(f"tool {self.name!r} is not idempotent; it takes no idempotency_key")
         limit = self.effective_timeout(timeout, framework_timeout)
         left = time_left(limit, started)
         if limit is not None and left is not None and left <= 0:
             raise ToolTimeoutError(self.name, limit)  # it passed before the call could be sent
-        return limit, {"run_id": run_id, "idempotency_key": idempotency_key}
+        options = {"timeout": limit, "started": started, "run_id": run_id, "idempotency_key": idempotency_key}
+        return arguments, options
 
     async def run(self, **arguments: Any) -> Any:
         """Run the tool: ``await search.run(query="...")``."""
@@ -241,11 +279,12 @@ class RemoteTool:
 
     # -- other frameworks (each needs its extra; see agent_client.frameworks) ----------
 
-    def as_locus(self) -> Any:
-        """This tool as a ``locus`` ``Tool`` (needs ``toolexec[locus]``)."""
+    def as_locus(self, *, approvals: Any = None) -> Any:
+        """This tool as a ``locus`` ``Tool`` (needs ``toolexec[locus]``); ``approvals``: the
+        locus ``ApprovalStore`` a tool that requires approval records decisions in."""
         from agent_client.frameworks.locus import locus_tool
 
-        return locus_tool(self)
+        return locus_tool(self, approvals=approvals)
 
     def as_openai_agents(self) -> Any:
         """This tool as an openai-agents ``FunctionTool`` (needs ``toolexec[openai-agents]``)."""
@@ -269,55 +308,10 @@ class RemoteTool:
         return f"RemoteTool({self.name!r}, queue={self.spec.queue!r}, timeout={self.timeout!r})"
 
 
-class RemoteToolset:
-    """Every tool in the catalog that a live worker serves, as one provider."""
-
-    _is_lazy_tool_provider = True
-
-    def __init__(self, tools: Iterable[RemoteTool]) -> None:
-        self._tools = tuple(tools)
-
-    def __iter__(self) -> Iterator[RemoteTool]:
-        return iter(self._tools)
-
-    def __len__(self) -> int:
-        return len(self._tools)
-
-    def __getitem__(self, name: str) -> RemoteTool:
-        for remote in self._tools:
-            if remote.name == name:
-                return remote
-        raise KeyError(name)
-
-    @property
-    def names(self) -> list[str]:
-        """The tools' names."""
-        return [t.name for t in self._tools]
-
-    def as_tools(self) -> list[Any]:
-        """Every tool as a LazyBridge ``Tool``."""
-        return [tool for remote in self._tools for tool in remote.as_tools()]
-
-    def as_locus(self) -> list[Any]:
-        """Every tool as a ``locus`` ``Tool``."""
-        return [remote.as_locus() for remote in self._tools]
-
-    def as_openai_agents(self) -> list[Any]:
-        """Every tool as an openai-agents ``FunctionTool``."""
-        return [remote.as_openai_agents() for remote in self._tools]
-
-    def as_langchain(self) -> list[Any]:
-        """Every tool as a LangChain ``StructuredTool``."""
-        return [remote.as_langchain() for remote in self._tools]
-
-    def as_pydantic_ai(self) -> list[Any]:
-        """Every tool as a ``pydantic_ai.Tool``."""
-        return [remote.as_pydantic_ai() for remote in self._tools]
-
-
 def remote_tool(
-    name: str, *, timeout: Timeout = NOT_SET, client: ToolClient | None = None, wait: float | None = None
-) -> RemoteTool:
+    name: str, *, timeout: Timeout = NOT_SET, client: ToolClient | None = None, wait: float | None = None,
+    requires_approval: bool | None = None,
+) -> RemoteTool:  # fmt: skip
     """A proxy for the tool ``name``, read from the catalog.
 
     Calls through the proxy go on working while no worker serves the tool for a while
@@ -330,6 +324,8 @@ def remote_tool(
         client: Dispatch through this client instead of the process's.
         wait: Seconds to wait for a live worker to serve ``name`` (an agent that starts
             before its workers); by default one must serve it now.
+        requires_approval: True or False overrides the tool's ``@tool(requires_approval=)``
+            for this proxy; None keeps it.
 
     Raises:
         ToolNotFound: No live worker serves ``name`` (within ``wait``); the message
@@ -338,32 +334,10 @@ def remote_tool(
     """
     if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0):
         raise ValueError(f"wait must be a number of seconds >= 0 or None; got {wait!r}")
+    approval = check_approval(requires_approval, name)
     client = client or get_client()
-    return RemoteTool(client.catalog.spec(name, wait=wait), timeout=timeout, client=client)
-
-
-def remote_tools(
-    *, default_timeout: Timeout = NOT_SET, queues: Iterable[str] | None = None, client: ToolClient | None = None,
-    wait: float | None = None,
-) -> RemoteToolset:  # fmt: skip
-    """Proxies for every tool a live worker serves.
-
-    Args:
-        default_timeout: Deadline for every tool of the set, below a framework's own
-            default (``Agent(tool_timeout=)``) and above each tool's own
-            ``@tool(timeout=)``; None for no deadline.
-        queues: Only tools on these queues.
-        client: Dispatch through this client instead of the process's.
-        wait: Seconds to wait for a live worker to serve at least one tool (on
-            ``queues``), for an agent that starts before its workers; the set is empty
-            if none does by then. By default, the tools served now.
-    """
-    if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0):
-        raise ValueError(f"wait must be a number of seconds >= 0 or None; got {wait!r}")
-    client = client or get_client()
-    wanted = None if queues is None else frozenset(queues)
-    specs = client.catalog.specs(wanted, wait=wait)
-    return RemoteToolset(RemoteTool(s, default_timeout=default_timeout, client=client) for s in specs)
+    spec = client.catalog.spec(name, wait=wait)
+    return RemoteTool(spec, timeout=timeout, client=client, requires_approval=approval)
 
 
 def _unset_if_none(value: float | None) -> Timeout:

@@ -22,6 +22,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from agent_client.errors import ToolArgumentsInvalid
+from wire.depth import MAX_DEPTH, too_deep
 from wire.message import ArgumentsNotJSON, encode_arguments
 
 __all__ = ["ArgumentValidator", "parse_arguments"]
@@ -49,7 +50,7 @@ def parse_arguments(tool: str, text: str | bytes | bytearray) -> dict[str, Any]:
     except _Refused as exc:
         raise ToolArgumentsInvalid(tool, [str(exc)]) from None
     except RecursionError:
-        raise ToolArgumentsInvalid(tool, ["arguments are nested too deeply"]) from None
+        raise ToolArgumentsInvalid(tool, [_TOO_DEEP]) from None
     if constants:
         where = _path_of(parsed, lambda value: isinstance(value, _Constant))
         raise ToolArgumentsInvalid(tool, [f"{where}: {constants[0]} is not a JSON number"])
@@ -99,11 +100,11 @@ def _depth(value: Any) -> int:
 
 
 def _too_deep(arguments: dict[str, Any]) -> str:
-    """Name the field that nests deepest: the one to fix."""
+    """Name the field nested deeper than :data:`wire.depth.MAX_DEPTH`: the one to fix."""
     if not arguments:
         return _TOO_DEEP
     field = max(arguments, key=lambda name: _depth(arguments[name]))
-    return f"{_printable(str(field))}: nested too deeply"
+    return f"{_printable(str(field))}: nested deeper than {MAX_DEPTH} levels of arrays and objects"
 
 
 def _printable(text: str) -> str:
@@ -168,6 +169,8 @@ class ArgumentValidator:
                 self._tool,
                 [f"arguments are {len(encoded)} bytes of JSON; the limit is {self._max_bytes} (TOOLEXEC_MAX_ARGUMENT_BYTES)"],
             )
+        if too_deep(encoded, around=1):  # the arguments' own object is not counted
+            raise ToolArgumentsInvalid(self._tool, [_too_deep(arguments)])
         if b'"__type__"' in encoded:  # rare: only then walk the arguments
             marked = _kombu_marker(arguments, ())
             if marked is not None:
@@ -176,7 +179,7 @@ class ArgumentValidator:
         return encoded
 
 
-_TOO_DEEP = "arguments are nested too deeply"
+_TOO_DEEP = f"arguments are nested deeper than {MAX_DEPTH} levels of arrays and objects"
 _RESERVED = (
     "an object whose only keys are __type__ and __value__ is reserved: the worker's JSON "
     "decoder (kombu) would turn it into a Python object; rename its keys"

@@ -85,8 +85,10 @@ _INTRO = """# toolexec benchmarks
 toolexec side by side with plain Celery (`send_task().get()`, Redis result backend), a
 hand-written Redis RPC and LazyBridge's in-process `Tool(timeout=)`, measured in one
 run on one private Redis server, with the same worker pool and concurrency for toolexec
-and Celery. Timed sides alternate in blocks (A B A B ...) so that drift on a shared
-machine lands on all of them. A MISS is information for whoever optimises next.
+and Celery; scenario 11 adds its peers, Dramatiq, arq and taskiq, on the same server
+(their versions are in the machine table, their settings in the scenario). Timed sides
+alternate in blocks (A B A B ...) so that drift on a shared machine lands on all of
+them. A MISS is information for whoever optimises next.
 
 Command: `{command}` ({run} run, {when})
 

@@ -4,7 +4,8 @@
 plain Celery worker with the same pool and concurrency, and the hand-written RPC
 server; it stops every one of them by PID when the ``with`` block ends, also on an
 error. Scenarios start their own extra workers through :meth:`Bench.toolexec_workers`
-and :meth:`Bench.raw_worker`, which stop theirs the same way.
+and :meth:`Bench.raw_worker`, and any other process (the peers of scenario 11) through
+:meth:`Bench.process`, which stop theirs the same way.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +50,8 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")
 
 _READY_TIMEOUT = 60.0
+#: Seconds a process has to exit on SIGTERM before its group is killed.
+_STOP_TIMEOUT = 10.0
 
 
 class _Stoppable(Protocol):
@@ -107,6 +110,8 @@ class Bench:
         #: The shared workers :meth:`open` starts (their PIDs give their CPU time).
         self.shared_toolexec: WorkerProcess | None = None
         self.shared_raw: ChildProcess | None = None
+        #: The hand-written RPC floor's server process (scenario 11 reads its CPU).
+        self.rpc_server: ChildProcess | None = None
 
     @classmethod
     @contextlib.contextmanager
@@ -121,7 +126,7 @@ class Bench:
             bench.shared_raw = stack.enter_context(
                 bench.raw_worker("raw", pool, concurrency, bench.raw_queue)
             )
-            stack.enter_context(bench._rpc_server())
+            bench.rpc_server = stack.enter_context(bench._rpc_server())
             yield bench
 
     # -- processes -------------------------------------------------------------------
@@ -131,13 +136,27 @@ class Bench:
         self, workers: Sequence[tuple[str, Sequence[str]]], pool: Pool, concurrency: int
     ) -> Iterator[list[WorkerProcess]]:
         """Start one toolexec worker per (name, queues), wait for all, stop all at exit."""
+        built = [
+            WorkerProcess(
+                name=name,
+                pool=pool,
+                concurrency=concurrency,
+                queues=queues,
+                env=self.env,
+                cwd=PROJECT_ROOT,
+                log_dir=self.logs,
+            )
+            for name, queues in workers
+        ]
+        with self.launched(built) as started:
+            yield started
+
+    @contextlib.contextmanager
+    def launched(self, workers: Sequence[WorkerProcess]) -> Iterator[list[WorkerProcess]]:
+        """Start ``workers`` (built with :attr:`env` in theirs), wait for all, stop all at exit."""
         started: list[WorkerProcess] = []
         try:
-            for name, queues in workers:
-                worker = WorkerProcess(
-                    name=name, pool=pool, concurrency=concurrency, queues=queues,
-                    env=self.env, cwd=PROJECT_ROOT, log_dir=self.logs,
-                )  # fmt: skip
+            for worker in workers:
                 started.append(worker.start(wait=False))
             for worker in started:
                 worker.wait_ready(_READY_TIMEOUT)
@@ -182,22 +201,45 @@ class Bench:
             _stop_all([worker])
 
     @contextlib.contextmanager
-    def _rpc_server(self) -> Iterator[ChildProcess]:
-        argv = [sys.executable, "-m", "bench.redis_rpc", self.url]
-        server = ChildProcess("rpc-server", argv, env={**os.environ, **self.env}, cwd=PROJECT_ROOT, log_dir=self.logs)
+    def process(
+        self,
+        name: str,
+        argv: Sequence[str],
+        ready: Callable[[], bool],
+        *,
+        stop_timeout: float = _STOP_TIMEOUT,
+    ) -> Iterator[ChildProcess]:
+        """Start ``argv`` with the workers' environment; return once ``ready()`` is true.
+
+        ``ready`` makes one bounded attempt (a call with a short timeout) and says whether
+        it went through; it is retried until the process is ready or has died. The
+        process is stopped by PID at exit (the peers of scenario 11, the RPC floor):
+        SIGTERM, then SIGKILL for its whole group after ``stop_timeout`` seconds.
+        """
+        env = {**os.environ, **self.env}
+        process = ChildProcess(name, argv, env=env, cwd=PROJECT_ROOT, log_dir=self.logs)
         try:
-            server.start()
+            process.start()
             deadline = time.monotonic() + _READY_TIMEOUT
             while True:
-                _check_alive(server, deadline)
-                try:
-                    self.rpc.call(timeout=0.5)
+                _check_alive(process, deadline)
+                if ready():
                     break
-                except RpcTimeout:
-                    continue
-            yield server
+            yield process
         finally:
-            _stop_all([server])
+            process.stop(stop_timeout)
+
+    def _rpc_server(self) -> contextlib.AbstractContextManager[ChildProcess]:
+        def ready() -> bool:
+            try:
+                self.rpc.call(timeout=0.5)
+            except RpcTimeout:
+                return False
+            return True
+
+        return self.process(
+            "rpc-server", [sys.executable, "-m", "bench.redis_rpc", self.url], ready
+        )
 
     # -- calling -------------------------------------------------------------------
 

@@ -73,5 +73,11 @@ def describe(*, redis_version: str, root: Path) -> list[tuple[str, str]]:
             " / ".join(_version(p) for p in ("celery", "kombu", "redis")),
         ),
         ("lazybridge", _version("lazybridge")),
+        (
+            "dramatiq / arq / taskiq / taskiq-redis",
+            " / ".join(_version(p) for p in ("dramatiq", "arq", "taskiq", "taskiq-redis")),
+        ),
+        # redis-py parses replies with hiredis when it is installed (arq brings it in).
+        ("hiredis", _version("hiredis")),
         ("toolexec commit", _commit(root)),
     ]

@@ -6,8 +6,15 @@ toolexec's own keys live in :mod:`wire.keys`; these are the benchmark's, all und
 
 from __future__ import annotations
 
+from typing import Literal
+
 __all__ = [
+    "ARQ_QUEUE",
     "ASYNC_QUEUE",
+    "DRAMATIQ_NAMESPACE",
+    "DRAMATIQ_QUEUE",
+    "DRAMATIQ_RESULTS",
+    "EVENTS_WORKERS",
     "POOL_QUEUE",
     "RAW_PREFETCH1_QUEUE",
     "RAW_QUEUE",
@@ -18,8 +25,12 @@ __all__ = [
     "SHED_QUEUE",
     "SHED_RAN",
     "SHED_RAN_RAW",
+    "TASKIQ_RESULTS",
+    "TASKIQ_STREAM",
     "TOOLEXEC_QUEUE",
     "VOID_QUEUE",
+    "events_queue",
+    "events_tool",
     "rpc_reply",
     "scale_queue",
     "scale_tool",
@@ -52,8 +63,24 @@ SHED_BUSY = "bench:shed:busy"
 #: The hand-written RPC server's request list.
 RPC_REQUESTS = "bench:rpc:requests"
 
+#: The peers of scenario 11 (bench/peers/): Dramatiq's key namespace, queue and
+#: result namespace; arq's queue (its job and result keys are arq's own ``arq:job:``
+#: and ``arq:result:``); taskiq's stream and its result keys' prefix.
+DRAMATIQ_NAMESPACE = "bench:dramatiq"
+DRAMATIQ_QUEUE = "bench_dramatiq"
+DRAMATIQ_RESULTS = "bench:dramatiq-results"
+ARQ_QUEUE = "bench:arq:queue"
+TASKIQ_STREAM = "bench:taskiq"
+TASKIQ_RESULTS = "bench:taskiq-results"
+
 #: Worker counts of the scaling scenario; each has its own queue and tool.
 SCALE_QUEUES = (1, 2, 4)
+
+#: The workers of the task-events scenario (12): each pool with task events on and off
+#: (``TOOLEXEC_TASK_EVENTS`` ``on`` and ``auto``); each has its own queue and no-op.
+EVENTS_WORKERS: tuple[tuple[Literal["prefork", "asyncio"], Literal["on", "auto"]], ...] = (
+    ("prefork", "on"), ("prefork", "auto"), ("asyncio", "on"), ("asyncio", "auto"),
+)  # fmt: skip
 
 
 def rpc_reply(client_id: str) -> str:
@@ -64,6 +91,16 @@ def rpc_reply(client_id: str) -> str:
 def scale_queue(processes: int) -> str:
     """Queue that exactly ``processes`` scaling workers consume."""
     return f"bench_scale{processes}"
+
+
+def events_queue(pool: str, events: str) -> str:
+    """Queue of the task-events scenario's worker on ``pool`` with ``TOOLEXEC_TASK_EVENTS=events``."""
+    return f"bench_events_{pool}_{events}"
+
+
+def events_tool(pool: str, events: str) -> str:
+    """The no-op registered on :func:`events_queue` ``(pool, events)``."""
+    return f"events_{pool}_{events}_noop"
 
 
 def scale_tool(processes: int) -> str:

@@ -1,22 +1,29 @@
 """The floor: a minimal hand-written RPC over Redis lists (LPUSH request, BRPOP reply).
 
 ``python -m bench.redis_rpc URL`` runs the server: one process that pops a request,
-pushes an empty reply and loops. :class:`RpcClient` is the caller. Nothing is
-validated, encoded beyond JSON or timed out on the server: no real system can be
-cheaper than this on the same Redis.
+pushes an empty reply and loops. :class:`RpcClient` is the caller, one call at a time;
+:class:`AsyncRpcClient` keeps many in flight on one event loop, one reply list for all
+of them, read by one task. Nothing is validated, encoded beyond JSON or timed out on
+the server: no real system can be cheaper than this on the same Redis.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import uuid
+from typing import cast
 
 import redis
+import redis.asyncio
 
 from bench import names
 
-__all__ = ["RpcClient", "RpcTimeout", "serve"]
+__all__ = ["AsyncRpcClient", "RpcClient", "RpcTimeout", "serve"]
+
+#: Replies the async client's reader takes from its list in one BLMPOP, at most.
+_READ_BATCH = 1000
 
 
 class RpcTimeout(Exception):
@@ -42,6 +49,62 @@ class RpcClient:
     def close(self) -> None:
         """Close the connection pool."""
         self._redis.close()
+
+
+class AsyncRpcClient:
+    """Calls the RPC server from one event loop: LPUSH per call, one reader for replies.
+
+    Two connections whatever the calls in flight: one sends (the calls take turns on
+    it), one reads; the reader pops every waiting reply at once (``BLMPOP ... COUNT``)
+    and hands each to its caller by id. Use it on one loop only, and :meth:`aclose` it
+    there.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._send = redis.asyncio.Redis.from_url(url, single_connection_client=True)
+        self._receive = redis.asyncio.Redis.from_url(url, single_connection_client=True)
+        self._reply = names.rpc_reply(uuid.uuid4().hex)
+        self._waiting: dict[str, asyncio.Future[object]] = {}
+        self._reader: asyncio.Task[None] | None = None
+
+    async def call(self, timeout: float = 10.0) -> object:
+        """Send one request and wait for its reply, at most ``timeout`` seconds."""
+        loop = asyncio.get_running_loop()
+        if self._reader is None:
+            self._reader = loop.create_task(self._read())
+        call_id = uuid.uuid4().hex
+        future: asyncio.Future[object] = loop.create_future()
+        self._waiting[call_id] = future
+        try:
+            request = json.dumps({"id": call_id, "reply": self._reply})
+            await self._send.lpush(names.RPC_REQUESTS, request)
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise RpcTimeout(f"no reply from the RPC server within {timeout}s") from None
+        finally:
+            self._waiting.pop(call_id, None)
+
+    async def _read(self) -> None:
+        while True:
+            popped = await self._receive.blmpop(
+                1, 1, self._reply, direction="RIGHT", count=_READ_BATCH
+            )
+            if popped is None:
+                continue
+            for item in cast("list[bytes]", popped[1]):
+                reply = json.loads(item)
+                future = self._waiting.get(reply["id"])
+                if future is not None and not future.done():
+                    future.set_result(reply["result"])
+
+    async def aclose(self) -> None:
+        """Stop the reader and close both connections."""
+        if self._reader is not None:
+            self._reader.cancel()
+            await asyncio.gather(self._reader, return_exceptions=True)
+            self._reader = None
+        await self._send.aclose()
+        await self._receive.aclose()
 
 
 def serve(url: str) -> None:

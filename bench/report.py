@@ -110,7 +110,7 @@ def render(result: ScenarioResult) -> str:
 
 def markdown_table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A Markdown table with padded columns, readable as plain text too."""
-    widths = [max(len(str(c)), *(len(str(r[i])) for r in rows)) for i, c in enumerate(columns)]
+    widths = [max([len(str(c)), *(len(str(r[i])) for r in rows)]) for i, c in enumerate(columns)]
 
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"

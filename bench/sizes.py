@@ -37,6 +37,14 @@ class Sizes:
         command_in_flight: Calls in flight in scenario 9, one level per block.
         throughput_pool: A second pool scenario 2 measures toolexec on (None: none).
         throughput_pool_concurrency: Its ``-c``.
+        peer_rounds: A B A B rounds of scenario 11 (the peers), sequential and at each level.
+        peer_calls: Sequential calls per block (scenario 11).
+        peer_in_flight: Concurrency levels of scenario 11.
+        peer_block_calls: Calls per block at least, at each level.
+        peer_per_lane: Calls per block per call in flight, at least.
+        events_in_flight: Calls in flight in scenario 12 (task events on and off).
+        events_rounds: A B A B rounds of scenario 12.
+        events_calls: Calls per block of scenario 12.
     """
 
     name: str
@@ -62,10 +70,22 @@ class Sizes:
     command_in_flight: tuple[int, ...] = (1, 100)
     throughput_pool: Pool | None = "asyncio"
     throughput_pool_concurrency: int = 100
+    peer_rounds: int
+    peer_calls: int
+    peer_in_flight: tuple[int, ...]
+    peer_block_calls: int
+    peer_per_lane: int
+    events_in_flight: int = 100
+    events_rounds: int = 3
+    events_calls: int = 1000
 
     def throughput_block(self, in_flight: int) -> int:
         """Calls per block at ``in_flight`` calls in flight."""
         return max(self.throughput_calls, self.throughput_per_lane * in_flight)
+
+    def peer_block(self, in_flight: int) -> int:
+        """Calls per block of scenario 11 at ``in_flight`` calls in flight."""
+        return max(self.peer_block_calls, self.peer_per_lane * in_flight)
 
 
 FULL = Sizes(
@@ -87,6 +107,11 @@ FULL = Sizes(
     async_calls=1000,
     async_prefork_calls=20,
     command_calls=1000,
+    peer_rounds=3,
+    peer_calls=400,
+    peer_in_flight=(1, 10, 100, 1000),
+    peer_block_calls=500,
+    peer_per_lane=3,
 )
 
 SMOKE = Sizes(
@@ -108,4 +133,12 @@ SMOKE = Sizes(
     async_calls=100,
     async_prefork_calls=4,
     command_calls=100,
+    # A few hundred calls per peer: 20 sequential, 50 at 1 and 100 at 100 in flight.
+    peer_rounds=1,
+    peer_calls=20,
+    peer_in_flight=(1, 100),
+    peer_block_calls=50,
+    peer_per_lane=1,
+    events_rounds=1,
+    events_calls=200,
 )

@@ -3,14 +3,16 @@
 It starts a private Redis with AOF and two prefork workers, sends ``--calls`` calls
 (``--in-flight`` at a time) mixing ``get_today_date``, ``search`` (at most once) and
 :func:`soak_book_flight` (an idempotent booking, at least once, one ``run_scope`` per
-call), and on the way SIGKILLs and restarts a worker at 25 % and 60 % of the calls
-ended, restarts Redis at 45 % and pushes one poison message at 35 %. Then it checks
+call), and on the way warm-restarts a worker (SIGTERM, as a deploy does) at 15 % of the
+calls ended, SIGKILLs and restarts a worker at 25 % and 60 %, restarts Redis at 45 %,
+pushes one poison message at 35 % and makes Redis refuse every write (``maxmemory``,
+``noeviction``) for two seconds at 75 %. Then it checks
 (:mod:`bench.soak_checks`) and prints (:mod:`bench.soak_report`):
 
 * every call ended in a result or a typed error, and each error is one an injected
   fault explains, within that fault's bound (``WorkerLost`` only for at-most-once calls
   held by a killed worker, ``ToolOutcomeUnknown`` only for messages Redis lost in its
-  restart, nothing else);
+  restart, nothing else: the warm restart and the full Redis explain no error);
 * one booking per successful booking call, none twice, and no body run again unless a
   SIGKILL cut its earlier run off (the tool records every run and its process);
 * the poison was dead-lettered and no worker died of it;
@@ -155,10 +157,13 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
         client = agent_client.configure(settings)
         db = redis.Redis.from_url(server.url)
         try:
+            # The proxies first: their catalog read starts the client, whose liveness key
+            # (wire.keys.caller) is then part of the baseline, as the heartbeats are.
+            tools: dict[str, RemoteTool] = {name: remote_tool(name, client=client) for name in _TOOLS}
+            _wait_for(lambda: client.beating, 10.0)
             baseline = int(db.dbsize())
             rss: dict[str, list[int]] = {"start": [_total_rss(w) for w in workers]}
             later: list[dict[int, int]] = []  # RSS per process, after the last restart
-            tools: dict[str, RemoteTool] = {name: remote_tool(name, client=client) for name in _TOOLS}
             chaos_log: list[str] = []
             killed: set[int] = set()  # the pool processes of the workers SIGKILLed
             outage: list[float] = []
@@ -180,6 +185,29 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
                 outage.append(time.monotonic() - began)
                 chaos_log.append(f"restarted Redis on port {server.port} (AOF) in {outage[-1]:.2f} s")
 
+            def warm_restart(index: int) -> Callable[[], None]:
+                def act() -> None:  # a deploy: SIGTERM, its running calls finish, it starts again
+                    worker = workers[index]
+                    old = worker.pid
+                    worker.stop(timeout=60.0)
+                    worker.start(wait=True, timeout=60.0)
+                    chaos_log.append(f"warm-restarted {worker.name} (pid {old}, SIGTERM), now pid {worker.pid}")
+
+                return act
+
+            def memory_full(seconds: float) -> Callable[[], None]:
+                def act() -> None:  # Redis refuses every write for a while (maxmemory, noeviction)
+                    used = int(db.info("memory")["used_memory"])
+                    db.config_set("maxmemory-policy", "noeviction")
+                    db.config_set("maxmemory", max(1, used // 2))
+                    try:
+                        time.sleep(seconds)  # the outage's length
+                    finally:
+                        db.config_set("maxmemory", 0)
+                    chaos_log.append(f"made Redis refuse writes (maxmemory below its use) for {seconds:g} s")
+
+                return act
+
             def poison() -> None:
                 db.lpush(_QUEUE, b"garbage")
                 chaos_log.append(f"LPUSHed b'garbage' onto {_QUEUE!r}")
@@ -193,12 +221,14 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
                 return act
 
             plan: list[tuple[float, Callable[[], None]]] = [
+                (0.15, warm_restart(1)),
                 (0.25, kill_and_restart(0)),
                 (0.35, poison),
                 (0.45, restart_redis),
                 (0.50, sample("middle")),
                 (0.60, kill_and_restart(1)),
                 (0.70, sample("70 %")),
+                (0.75, memory_full(2.0)),
                 (0.85, sample("85 %")),
             ]
             start = time.monotonic()
@@ -309,6 +339,14 @@ async def _drive(
     await asyncio.gather(*(one(i) for i in range(args.calls)))
     await chaos_task
     return tally
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float) -> None:
+    ends = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > ends:
+            raise RuntimeError(f"gave up after {timeout:g} s waiting for {condition}")
+        time.sleep(0.02)
 
 
 def _pids(worker: Any) -> list[int]:

@@ -16,6 +16,7 @@ Each check returns what it found and the problems that fail the soak, so the rep
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import sqlite3
 import time
 from collections import Counter
@@ -47,7 +48,7 @@ __all__ = [
 
 #: Families of the keys one call writes (``toolexec:<family>:...``); all expire within
 #: seconds to minutes of the call.
-CALL_FAMILIES = ("reply", "outcome", "claim", "waiters", "sent", "deliveries", "running")
+CALL_FAMILIES = ("reply", "outcome", "claim", "waiters", "sent", "deliveries", "running", "fence", "state")
 #: A worker process may grow by this much (KiB) over the soak's later phase. It leaves
 #: room for the pool processes of a worker restarted just before it, which grow by a few
 #: MiB over their first calls; a leak of 1 KiB per call passes it only over fewer than
@@ -136,7 +137,10 @@ class KeyRules:
             "waiters": self.claim_ttl,
             "sent": self.claim_ttl,
             "deliveries": self.claim_ttl,
+            "fence": self.claim_ttl,
+            "state": max(self.claim_ttl, self.outcome_ttl),
             "running": max(self.claim_ttl, keys.HELD_MARKER_BEATS * self.interval),
+            "caller": self.interval,
             "restored": float(keys.RESTORED_TTL),
             "stats": float(max(BUCKETS.values())),
             "deadletter": float(keys.DEADLETTER_TTL),
@@ -156,7 +160,8 @@ class KeyCheck:
     after: int
     #: family -> (keys, largest TTL in seconds, the rule's TTL)
     families: dict[str, tuple[int, int, float]] = field(default_factory=dict)
-    #: Keys of the kinds the soak started with: catalog, workers set, heartbeats, kombu's.
+    #: Keys of the kinds the soak started with: catalog, workers set, heartbeats, the
+    #: client's liveness, kombu's.
     baseline_kinds: int = 0
     #: Keys whose TTL rule outlives the wait (stats buckets, dead letters, put-backs).
     long_rule: int = 0
@@ -211,7 +216,7 @@ def check_keys(db: redis.Redis, *, baseline: int, rules: KeyRules) -> KeyCheck:
             no_ttl.append(key)
         elif ttl > rule + 1:  # TTL reads round up to whole seconds
             over.append(key)
-        if family == "worker":
+        if family in ("worker", "caller"):  # heartbeats, and the client's own liveness
             baseline_kinds += 1
         elif family in CALL_FAMILIES:
             call_left += 1
@@ -289,14 +294,37 @@ def check_rss(samples: Sequence[dict[int, int]]) -> tuple[dict[int, int], list[s
 @contextlib.contextmanager
 def runs_db(path: Path) -> Iterator[sqlite3.Connection]:
     """The soak's record of every run of its booking tool: its key and process."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _prepare_runs(path)
     db = sqlite3.connect(path, timeout=30.0)
     try:
-        db.execute("PRAGMA journal_mode=WAL")
-        db.execute("CREATE TABLE IF NOT EXISTS runs (idempotency_key TEXT, pid INTEGER)")
         yield db
     finally:
         db.close()
+
+
+#: The runs files this process has prepared.
+_prepared: set[Path] = set()
+
+
+def _prepare_runs(path: Path) -> None:
+    """Create the runs file in WAL mode, once per process, under a lock file.
+
+    As for the booking ledger (:func:`tasks.flights._prepare`): switching a file to WAL
+    takes an exclusive lock SQLite does not wait for, so worker processes making their
+    first runs at once would fail with "database is locked".
+    """
+    if path in _prepared and path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        db = sqlite3.connect(path, timeout=30.0)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE IF NOT EXISTS runs (idempotency_key TEXT, pid INTEGER)")
+        finally:
+            db.close()
+    _prepared.add(path)
 
 
 def ledger(path: Path, passenger_prefix: str) -> Counter[str]:

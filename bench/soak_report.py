@@ -90,7 +90,7 @@ def render(f: Findings) -> str:
             [
                 ("DBSIZE before the calls", str(f.keys.baseline)),
                 ("DBSIZE after", str(f.keys.after)),
-                ("of the baseline's kinds (catalog, workers, heartbeats, kombu)", str(f.keys.baseline_kinds)),
+                ("of the baseline's kinds (catalog, workers, heartbeats, the client's liveness, kombu)", str(f.keys.baseline_kinds)),
                 ("whose TTL rule outlives the wait (stats, dead letters, put-backs)", str(f.keys.long_rule)),
                 ("of calls, left", str(f.keys.call_keys_left)),
                 ("with a TTL longer than its rule", str(len(f.keys.over_rule))),

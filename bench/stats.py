@@ -5,13 +5,23 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["Latencies", "alternate", "keep_in_flight", "percentile", "timed", "timed_async"]
+__all__ = [
+    "Latencies",
+    "alternate",
+    "keep_in_flight",
+    "keep_window",
+    "percentile",
+    "timed",
+    "timed_async",
+]
 
 T = TypeVar("T")
+H = TypeVar("H")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -95,4 +105,24 @@ async def keep_in_flight(
 
     start = time.perf_counter()
     await asyncio.gather(*(lane() for _ in range(in_flight)))
+    return time.perf_counter() - start
+
+
+def keep_window(
+    send: Callable[[], H], wait: Callable[[H], object], in_flight: int, total: int
+) -> float:
+    """``keep_in_flight`` for a blocking client in one thread; the seconds it took.
+
+    ``send()`` starts a call and returns its handle, ``wait(handle)`` blocks until that
+    call's result is back. Up to ``in_flight`` calls are outstanding: the oldest is
+    waited for, then the next one sent.
+    """
+    window: deque[H] = deque()
+    sent = 0
+    start = time.perf_counter()
+    while sent < total or window:
+        while sent < total and len(window) < in_flight:
+            window.append(send())
+            sent += 1
+        wait(window.popleft())
     return time.perf_counter() - start

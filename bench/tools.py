@@ -18,7 +18,7 @@ from pydantic import Field
 
 from bench import names
 from executor import tool
-from executor.redis_client import redis_client
+from executor.worker import redis_client
 from wire.settings import Settings
 
 __all__ = [
@@ -119,3 +119,15 @@ def _scaled_sleep(ms: Milliseconds) -> int:
 # alternate 1, 2 and 4 workers without starting or stopping any of them.
 for _processes in names.SCALE_QUEUES:
     tool(name=names.scale_tool(_processes), queue=names.scale_queue(_processes))(_scaled_sleep)
+
+
+def _events_noop() -> None:
+    """Do nothing: the task-events scenario's no-op, one per worker it compares."""
+
+
+# One no-op per worker of the task-events scenario (each pool, task events on and off),
+# each on its own queue, so that its blocks alternate without restarting any worker.
+for _pool, _events in names.EVENTS_WORKERS:
+    tool(name=names.events_tool(_pool, _events), queue=names.events_queue(_pool, _events))(
+        _events_noop
+    )

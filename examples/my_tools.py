@@ -7,12 +7,13 @@ Run a worker that serves them:
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from executor import current_call, tool
+from executor import current_call, report_progress, tool
 
 
 class Address(BaseModel):
@@ -45,3 +46,16 @@ async def charge_card(customer_id: str, amount_cents: Annotated[int, Field(gt=0)
     key = current_call().idempotency_key  # pass it on as the payment API's Idempotency-Key
     # A new id per execution: two results with one charge_id are one charge.
     return {"charge_id": f"ch_{uuid.uuid4().hex[:12]}", "amount_cents": str(amount_cents), "key": key or ""}
+
+
+@tool
+def reindex(paths: list[str]) -> int:
+    """Re-index the documents at `paths`, telling the caller how far it got after each one.
+
+    Args:
+        paths: The documents to re-index.
+    """
+    for done, path in enumerate(paths, 1):
+        time.sleep(0.05)  # the work on one document
+        report_progress(done, len(paths), f"indexed {path}")
+    return len(paths)

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from executor.context import CallContext, current_call
+from executor.context import CallContext, current_call, report_progress
 from executor.errors import ToolDefinitionError
-from executor.progress import report_progress
 from executor.registry import ToolDefinition, get_tool, registered_tools, tool
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "app":
-        from executor.celery_app import get_app
+        from executor.seams.app import get_app
 
         return get_app()
     raise AttributeError(f"module 'executor' has no attribute {name!r}")

@@ -9,7 +9,11 @@ Every metric carries a ``tool`` label (a name no registered tool has is counted 
   ``not_found``, ``hard_timeout``, ``expired``, ``worker_lost``): the calls that failed.
 * ``toolexec_hard_timeouts_total``: calls stopped or abandoned at their hard limit.
 * ``toolexec_sheds_total``: calls refused because their deadline passed before they started.
-* ``toolexec_call_duration_seconds``: a histogram of how long the tool ran.
+* ``toolexec_attempts_total``: runs of the tool, the first of each call and each retry
+  (``@tool(retries=...)``, :mod:`executor.retries`).
+* ``toolexec_retries_total``: the runs that were retries.
+* ``toolexec_call_duration_seconds``: a histogram of how long the tool ran (for a call
+  retried, every attempt and the pauses between them).
 * ``toolexec_calls_running``: calls running now.
 
 Prefork children write their values to files in a directory of this worker's own
@@ -18,9 +22,10 @@ Prefork children write their values to files in a directory of this worker's own
 The running-calls gauge of a child that has exited is dropped at the next scrape, or
 when the child shuts down normally (``worker_process_shutdown``). The directory
 must exist before the pool forks, so the worker sets it up at ``worker_init`` and
-serves at ``worker_ready``; without ``TOOLEXEC_METRICS_PORT`` nothing is collected
-and each hook below returns at once. ``prometheus_client`` is imported only then,
-after the directory is set, as its multiprocess mode requires.
+serves at ``worker_ready`` (:mod:`executor.seams.app` connects the hooks below to
+Celery's signals); without ``TOOLEXEC_METRICS_PORT`` nothing is collected and each hook
+returns at once. ``prometheus_client`` is imported only then, after the directory is
+set, as its multiprocess mode requires.
 """
 
 from __future__ import annotations
@@ -37,9 +42,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from celery import signals
-
 from executor.registry import get_tool
+from executor.worker import pid_alive
 from wire.models import CallOutcome, ErrorKind
 from wire.settings import Settings, set_environment_variable
 
@@ -50,11 +54,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "enable_metrics",
-    "metrics_directory",
     "observe_run",
+    "record_attempt",
     "record_outcome",
     "start_metrics_server",
     "stop_metrics_server",
+    # The worker's hooks
+    "on_process_shutdown",
+    "on_worker_init",
+    "on_worker_ready",
+    "on_worker_shutdown",
 ]
 
 logger = logging.getLogger(__name__)
@@ -72,6 +81,8 @@ class _Metrics:
     errors: Counter
     hard_timeouts: Counter
     sheds: Counter
+    attempts: Counter
+    retries: Counter
     duration: Histogram
     running: Gauge
 
@@ -109,6 +120,12 @@ def enable_metrics() -> str:
                 "toolexec_hard_timeouts", "Calls stopped at their hard limit.", tool, registry=None
             ),
             sheds=Counter("toolexec_sheds", "Calls refused as expired.", tool, registry=None),
+            attempts=Counter(
+                "toolexec_attempts", "Runs of the tool, retries included.", tool, registry=None
+            ),
+            retries=Counter(
+                "toolexec_retries", "Runs of the tool that retried a call.", tool, registry=None
+            ),
             duration=Histogram(
                 "toolexec_call_duration_seconds",
                 "How long the tool ran.",
@@ -125,12 +142,6 @@ def enable_metrics() -> str:
             ),
         )
         return directory
-
-
-def metrics_directory() -> str | None:
-    """The directory the worker's processes write their values to, or None when off."""
-    metrics = _metrics
-    return None if metrics is None else metrics.directory
 
 
 def _label(tool: str) -> str:
@@ -152,6 +163,17 @@ def record_outcome(tool: str, outcome: CallOutcome) -> None:
         metrics.hard_timeouts.labels(label).inc()
     elif error.kind is ErrorKind.EXPIRED:
         metrics.sheds.labels(label).inc()
+
+
+def record_attempt(tool: str, attempt: int) -> None:
+    """Count a run of ``tool`` that starts: attempt ``attempt`` of its call (1 for the first)."""
+    metrics = _metrics
+    if metrics is None:
+        return
+    label = _label(tool)
+    metrics.attempts.labels(label).inc()
+    if attempt > 1:
+        metrics.retries.labels(label).inc()
 
 
 @contextlib.contextmanager
@@ -219,7 +241,7 @@ class _LiveCollector:
         from prometheus_client.multiprocess import mark_process_dead
 
         for pid in _pids_with_live_gauges(self._directory):
-            if not _alive(pid):
+            if not pid_alive(pid):
                 mark_process_dead(pid, self._directory)  # type: ignore[no-untyped-call]
         metrics: Iterable[Metric] = self._merged.collect()
         return metrics
@@ -234,17 +256,7 @@ def _pids_with_live_gauges(directory: str) -> set[int]:
     return pids
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-# -- the worker's hooks ---------------------------------------------------------------
+# -- the worker's hooks (connected to Celery's signals by executor.seams.app) ------------
 
 
 def _settings_of(app: Any) -> Settings | None:
@@ -252,14 +264,15 @@ def _settings_of(app: Any) -> Settings | None:
     return settings if isinstance(settings, Settings) else None
 
 
-def _on_worker_init(sender: Any = None, **_: Any) -> None:
-    # Before the pool forks: its children must inherit the directory.
+def on_worker_init(sender: Any = None, **_: Any) -> None:
+    """``worker_init``: enable collecting, before the pool forks (its children inherit the directory)."""
     settings = _settings_of(getattr(sender, "app", None))
     if settings is not None and settings.metrics_port is not None:
         enable_metrics()
 
 
-def _on_worker_ready(sender: Any = None, **_: Any) -> None:
+def on_worker_ready(sender: Any = None, **_: Any) -> None:
+    """``worker_ready``: serve ``/metrics`` on ``TOOLEXEC_METRICS_PORT``."""
     settings = _settings_of(getattr(sender, "app", None))
     if settings is None or settings.metrics_port is None:
         return
@@ -271,7 +284,8 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
         )
 
 
-def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:
+def on_process_shutdown(pid: int | None = None, **_: Any) -> None:
+    """``worker_process_shutdown``: drop the running-calls gauge of the pool child ``pid``."""
     metrics = _metrics
     if metrics is not None and pid:
         from prometheus_client.multiprocess import mark_process_dead
@@ -279,12 +293,7 @@ def _on_process_shutdown(pid: int | None = None, **_: Any) -> None:
         mark_process_dead(pid, metrics.directory)  # type: ignore[no-untyped-call]
 
 
-def _on_worker_shutdown(**_: Any) -> None:
+def on_worker_shutdown(**_: Any) -> None:
+    """``worker_shutdown``: stop serving and remove the directory of values."""
     if _metrics is not None:
         stop_metrics_server()
-
-
-signals.worker_init.connect(_on_worker_init, weak=False)
-signals.worker_ready.connect(_on_worker_ready, weak=False)
-signals.worker_process_shutdown.connect(_on_process_shutdown, weak=False)
-signals.worker_shutdown.connect(_on_worker_shutdown, weak=False)

@@ -16,8 +16,9 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel
 
 from executor.errors import ToolDefinitionError
+from executor.retries import DEFAULT_BACKOFF, NO_RETRIES, RetryPolicy, retry_policy
 from executor.schema import function_schema
-from wire.models import Delivery, ToolSpec
+from wire.models import MAX_TIMEOUT, Delivery, ToolSpec
 
 __all__ = ["ToolDefinition", "get_tool", "registered_tools", "tool", "unregister"]
 
@@ -34,6 +35,12 @@ _OPTIONS = (
     "hard_timeout",
     "delivery",
     "cache_errors",
+    "requires_approval",
+    "on_abandon",
+    "cancel_grace",
+    "retries",
+    "retry_on",
+    "retry_backoff",
 )
 
 
@@ -45,6 +52,8 @@ class ToolDefinition:
     spec: ToolSpec
     model: type[BaseModel]
     is_async: bool
+    #: How the worker retries a failed attempt (``retries``, ``retry_on``, ``retry_backoff``).
+    retry: RetryPolicy = NO_RETRIES
 
     @property
     def name(self) -> str:
@@ -76,8 +85,19 @@ def tool(func: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
             ``TOOLEXEC_DEFAULT_TIMEOUT``), ``queue`` (default ``"default"``),
             ``hard_timeout`` (the worker stops the run after this many seconds),
             ``delivery`` (``"at_most_once"`` or ``"at_least_once"``; default
-            at-least-once for idempotent tools, at-most-once otherwise) and
-            ``cache_errors`` (store a failed outcome of an idempotent tool too).
+            at-least-once for idempotent tools, at-most-once otherwise),
+            ``cache_errors`` (store a failed outcome of an idempotent tool too) and
+            ``requires_approval`` (default False; True: a person approves each call
+            before it is sent, in the agent framework's own way), ``on_abandon``
+            (``"leave"``, the default: a caller that stops waiting leaves the call to
+            run on; ``"cancel"``: its caller's deadline or cancellation cancels the
+            call), ``cancel_grace`` (seconds a cancelled call's tool has to unwind,
+            default 1.0), ``retries`` (default 0: attempts the worker makes after the
+            first when the tool raises, each started only if it can end before the
+            call's deadline; :mod:`executor.retries`), ``retry_on`` (the exception types
+            retried: a class or a tuple; required with ``retries`` on an at-most-once
+            tool, else ``(Exception,)``) and ``retry_backoff`` (seconds before the first
+            retry, doubling for each after, with jitter; default 0.5).
 
     Raises:
         ToolDefinitionError: An unknown option, a bad value, a duplicate name or a
@@ -119,6 +139,12 @@ def _define(
     hard_timeout: float | None = None,
     delivery: Delivery | None = None,
     cache_errors: bool = False,
+    requires_approval: bool = False,
+    on_abandon: str = "leave",
+    cancel_grace: float = 1.0,
+    retries: int = 0,
+    retry_on: type[Exception] | tuple[type[Exception], ...] | None = None,
+    retry_backoff: float = DEFAULT_BACKOFF,
 ) -> ToolDefinition:
     name = name if name is not None else getattr(fn, "__name__", "")
     if not isinstance(name, str) or not _NAME.match(name):
@@ -132,14 +158,34 @@ def _define(
             isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0
         ):
             raise ToolDefinitionError(f"tool {name!r}: {option} must be a positive number of seconds or None, got {value!r}")
+        if value is not None and value > MAX_TIMEOUT:
+            raise ToolDefinitionError(
+                f"tool {name!r}: {option} must be at most {MAX_TIMEOUT:.0f} seconds (366 days), got {value!r}"
+            )
     if delivery is None:
         delivery = "at_least_once" if idempotent else "at_most_once"
     if delivery not in ("at_most_once", "at_least_once"):
         raise ToolDefinitionError(
             f"tool {name!r}: delivery must be 'at_most_once' or 'at_least_once', got {delivery!r}"
         )
+    if not isinstance(requires_approval, bool):
+        raise ToolDefinitionError(
+            f"tool {name!r}: requires_approval must be True or False, got {requires_approval!r}"
+        )
+    if on_abandon not in ("leave", "cancel"):
+        raise ToolDefinitionError(f"tool {name!r}: on_abandon must be 'leave' or 'cancel', got {on_abandon!r}")
+    if (
+        isinstance(cancel_grace, bool) or not isinstance(cancel_grace, int | float)
+        or not math.isfinite(cancel_grace) or not 0 <= cancel_grace <= 3600
+    ):  # fmt: skip
+        raise ToolDefinitionError(
+            f"tool {name!r}: cancel_grace must be a number of seconds from 0 to 3600, got {cancel_grace!r}"
+        )
     if cache_errors and not idempotent:
         raise ToolDefinitionError(f"tool {name!r}: cache_errors=True needs idempotent=True")
+    retry = retry_policy(
+        name, retries=retries, retry_on=retry_on, retry_backoff=retry_backoff, delivery=delivery
+    )
     schema = function_schema(fn, name=name, description=description)
     spec = ToolSpec(
         name=name,
@@ -151,8 +197,15 @@ def _define(
         hard_timeout=None if hard_timeout is None else float(hard_timeout),
         delivery=delivery,
         cache_errors=bool(cache_errors),
+        requires_approval=requires_approval,
+        on_abandon="cancel" if on_abandon == "cancel" else "leave",
+        cancel_grace=float(cancel_grace),
+        retries=retry.retries,
+        retry_backoff=retry.backoff,
     )
-    return ToolDefinition(func=fn, spec=spec, model=schema.model, is_async=schema.is_async)
+    return ToolDefinition(
+        func=fn, spec=spec, model=schema.model, is_async=schema.is_async, retry=retry
+    )
 
 
 def get_tool(name: str) -> ToolDefinition | None:

@@ -1,9 +1,10 @@
 """Run one call of a registered tool and turn what happened into a :class:`CallOutcome`.
 
-Pure of Celery and Redis, so every rule here is unit-tested directly: an expired call
-is refused before anything runs, the worker validates the arguments with pydantic (it is
-the authority), ``def`` and ``async def`` tools run under their hard limit, and the
-return value or exception becomes JSON data.
+Every rule here is unit-tested directly, without Celery or Redis: an expired call is
+refused before anything runs, the worker validates the arguments with pydantic (it is
+the authority), ``def`` and ``async def`` tools run under their hard limit
+(:mod:`executor.limits`), and the return value or exception becomes JSON data
+(:func:`encode_outcome`).
 """
 
 from __future__ import annotations
@@ -11,63 +12,30 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import threading
-import weakref
-from asyncio import AbstractEventLoop, Task
-from collections.abc import Callable, Coroutine
-from contextvars import copy_context
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic
 import pydantic_core
-from billiard.common import terminate_handler_fired
 
+from executor import cancels
 from executor.context import CallContext, _calling
-from executor.identity import in_pool_child
+from executor.limits import HardTimeout, ToolExited, await_tool, run_bounded, shutting_down
+from executor.metrics import record_attempt
 from executor.registry import ToolDefinition, get_tool
+from executor.retries import Attempts
+from executor.stats import record_retry
 from executor.tracing import call_log_fields
 from wire.clock import shared_now
+from wire.depth import MAX_DEPTH, too_deep
 from wire.models import CallOutcome, CallRequest, ErrorKind
 
-__all__ = ["encode_outcome", "execute", "execute_async", "format_validation_error", "refuse_if_expired", "runaways"]
+__all__ = ["encode_outcome", "execute", "execute_async", "format_validation_error", "refuse_if_expired"]
 
 logger = logging.getLogger(__name__)
 
-
-class _HardTimeout(Exception):
-    def __init__(self, stopped: bool = True, *, how: str = "") -> None:
-        super().__init__()
-        self.stopped = stopped
-        self.how = how  # why it was not stopped, when not the thread's reason
-
-
-class _Exited(Exception):
-    """A tool coroutine's ``SystemExit`` or ``KeyboardInterrupt``, carried past asyncio.
-
-    A task that raises either makes its event loop raise it too, out of
-    ``run_until_complete`` or the loop's ``run_forever`` (the asyncio pool's loop thread),
-    and leaves the task's exception unretrieved. Raised as this inside the coroutine,
-    it is an ordinary task failure, answered like the sync tool's own (:func:`_escaped`).
-    """
-
-    def __init__(self, exc: SystemExit | KeyboardInterrupt) -> None:
-        super().__init__()
-        self.exc = exc
-
-
-async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Await a tool's coroutine; its ``SystemExit`` or ``KeyboardInterrupt`` as :class:`_Exited`."""
-    try:
-        return await coro
-    except (SystemExit, KeyboardInterrupt) as exc:
-        raise _Exited(exc) from None
-
-
 #: How a sync tool's hard timeout ends where its thread cannot be stopped (solo, threads).
 _NOT_STOPPED = "was abandoned: its thread cannot be stopped on this pool and runs on until the tool returns"
-#: How an async tool's ends on the asyncio pool when it ignores its cancellation: the
-#: loop it runs on is every call's, so it cannot be abandoned with it.
-_IGNORED_CANCEL = "was cancelled, ignored it, and runs on in the worker's event loop until it returns"
 
 
 def _fields(request: CallRequest) -> dict[str, Any]:
@@ -100,32 +68,27 @@ def refuse_if_expired(request: CallRequest, *, worker: str = "", now: float | No
 def execute(request: CallRequest, *, worker: str = "", definition: ToolDefinition | None = None) -> CallOutcome:
     """Run ``request`` and return its outcome; never raises for anything the tool does.
 
-    The caller has checked the deadline (:func:`refuse_if_expired`).
+    The caller has checked the deadline (:func:`refuse_if_expired`). A tool that retries
+    runs again after a pause while its policy and the deadline allow (:mod:`executor.retries`).
     """
-    prepared = _prepare(request, worker=worker, definition=definition)
-    if isinstance(prepared, CallOutcome):
-        return prepared
-    definition, kwargs, context = prepared
-    hard_timeout = definition.spec.hard_timeout
-    try:
-        with _calling(context):
-            if definition.is_async:
-                value = _run_async(definition.func, kwargs, hard_timeout)
-            elif hard_timeout is not None:
-                value = _run_sync_bounded(definition.func, kwargs, hard_timeout)
-            else:
-                value = definition.func(**kwargs)
-    except _HardTimeout:
-        return _hard_timeout(request, hard_timeout, stopped=definition.is_async or in_pool_child(), worker=worker)
-    except _Exited as exited:
-        return _escaped(request, exited.exc, worker=worker)
-    except Exception as exc:  # noqa: BLE001 - what the tool raised is its outcome
-        return _raised(request, exc, worker=worker)
-    except (SystemExit, KeyboardInterrupt, asyncio.CancelledError) as exc:
-        if terminate_handler_fired():
-            raise  # billiard's own SIGTERM handler: this pool process is shutting down
-        return _escaped(request, exc, worker=worker)
-    return _returned(request, value, worker=worker)
+    run = _prepare(request, worker=worker, definition=definition)
+    if isinstance(run, CallOutcome):
+        return run
+    attempts = _attempts(request, run.definition)
+    while True:
+        _count_attempt(request.tool, attempts)
+        try:
+            with _calling(run.context):
+                value = run_bounded(run.definition, run.kwargs)
+        except _ENDINGS as exc:
+            if not isinstance(exc, Exception) and shutting_down():
+                raise  # billiard's own SIGTERM handler: this pool process is shutting down
+            pause = _pause_after(attempts, exc)
+            # The pause ends early if the call is cancelled (answered as cancelled by _ended).
+            if pause is None or cancels.event_for(request.call_id).wait(pause):
+                return attempts.stamp(_ended(request, run.definition, exc, worker=worker))
+            continue
+        return _returned(request, value, worker=worker)
 
 
 async def execute_async(
@@ -139,32 +102,93 @@ async def execute_async(
     and the thread runs on until the tool returns. Cancelling the caller's task (the pool
     shutting down cold) cancels the tool and propagates.
     """
-    prepared = _prepare(request, worker=worker, definition=definition)
-    if isinstance(prepared, CallOutcome):
-        return prepared
-    definition, kwargs, context = prepared
-    hard_timeout = definition.spec.hard_timeout
-    try:
-        with _calling(context):
-            value = await _await_tool(definition, kwargs, hard_timeout)
-    except _HardTimeout as timeout:
-        return _hard_timeout(request, hard_timeout, stopped=timeout.stopped, worker=worker, how=timeout.how)
-    except _Exited as exited:
-        return _escaped(request, exited.exc, worker=worker)
-    except Exception as exc:  # noqa: BLE001 - what the tool raised is its outcome
+    run = _prepare(request, worker=worker, definition=definition)
+    if isinstance(run, CallOutcome):
+        return run
+    attempts = _attempts(request, run.definition)
+    pause: float | None = None
+    while True:
+        try:
+            if pause is not None:  # in the try: the call's cancel may end the pause
+                await _paused(request.call_id, pause)
+            _count_attempt(request.tool, attempts)
+            with _calling(run.context):
+                value = await await_tool(run.definition, run.kwargs)
+        except _ENDINGS as exc:
+            current = asyncio.current_task()
+            if (
+                isinstance(exc, asyncio.CancelledError) and current is not None and current.cancelling()
+                and cancels.requested(request.call_id)
+            ):  # fmt: skip
+                current.uncancel()  # the call's cancel (executor.cancels), not the pool's
+            elif isinstance(exc, asyncio.CancelledError) and current is not None and current.cancelling():
+                raise  # the pool cancels this call
+            pause = _pause_after(attempts, exc)
+            if pause is None:
+                return attempts.stamp(_ended(request, run.definition, exc, worker=worker))
+            continue
+        return _returned(request, value, worker=worker)
+
+
+#: What a tool's run may end with, each answered as an outcome (:func:`_ended`): any
+#: other BaseException (``GeneratorExit``, say) is not the tool's to answer.
+_ENDINGS = (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError)
+
+
+def _attempts(request: CallRequest, definition: ToolDefinition) -> Attempts:
+    """The attempts of ``request``; none after the first once the call is cancelled."""
+    return Attempts(
+        definition.retry, call=request, hard_timeout=definition.spec.hard_timeout,
+        cancelled=functools.partial(cancels.requested, request.call_id),
+    )  # fmt: skip
+
+
+def _count_attempt(tool: str, attempts: Attempts) -> None:
+    """Start an attempt, counted in the metrics and, if it retries, in ``toolexec status``."""
+    if attempts.start() > 1:
+        record_retry(tool)
+    record_attempt(tool, attempts.count)
+
+
+def _pause_after(attempts: Attempts, exc: BaseException) -> float | None:
+    """The pause before the next attempt, or None: only what the tool raised is retried,
+    never its hard limit or its coroutine's ``SystemExit`` (nor a cancel, not an Exception)."""
+    if not isinstance(exc, Exception) or isinstance(exc, HardTimeout | ToolExited):
+        return None
+    return attempts.pause_after(exc)
+
+
+async def _paused(call_id: str, seconds: float) -> None:
+    """Pause between two attempts; the call's cancel (:mod:`executor.cancels`) ends it."""
+    sleep = asyncio.ensure_future(asyncio.sleep(seconds))
+    cancels.bind_task(call_id, sleep, asyncio.get_running_loop())
+    await sleep
+
+
+def _ended(request: CallRequest, definition: ToolDefinition, exc: BaseException, *, worker: str) -> CallOutcome:
+    """The outcome of a run that raised ``exc`` (one of :data:`_ENDINGS`)."""
+    if cancels.requested(request.call_id):  # however the tool ended after its cancel
+        return cancels.cancelled_outcome(request, worker=worker)
+    if isinstance(exc, HardTimeout):
+        return _hard_timeout(request, definition.spec.hard_timeout, stopped=exc.stopped, worker=worker, how=exc.how)
+    if isinstance(exc, ToolExited):
+        return _escaped(request, exc.exc, worker=worker)
+    if isinstance(exc, Exception):  # what the tool raised is its outcome
         return _raised(request, exc, worker=worker)
-    except (SystemExit, KeyboardInterrupt, asyncio.CancelledError) as exc:
-        current = asyncio.current_task()
-        if isinstance(exc, asyncio.CancelledError) and current is not None and current.cancelling():
-            raise  # the pool cancels this call
-        return _escaped(request, exc, worker=worker)
-    return _returned(request, value, worker=worker)
+    return _escaped(request, exc, worker=worker)
 
 
-def _prepare(
-    request: CallRequest, *, worker: str, definition: ToolDefinition | None
-) -> tuple[ToolDefinition, dict[str, Any], CallContext] | CallOutcome:
-    """The tool, its validated arguments and the call's context; or the outcome refusing it."""
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """A call about to run: its tool, the validated arguments, and the call's context."""
+
+    definition: ToolDefinition
+    kwargs: dict[str, Any]
+    context: CallContext
+
+
+def _prepare(request: CallRequest, *, worker: str, definition: ToolDefinition | None) -> _Run | CallOutcome:
+    """The call's :class:`_Run`, or the outcome refusing it (no such tool, invalid arguments)."""
     call_id = request.call_id
     definition = definition or get_tool(request.tool)
     if definition is None:
@@ -187,8 +211,11 @@ def _prepare(
         tool=request.tool,
         idempotency_key=request.idempotency_key,
         deadline=request.deadline,
+        cancelled=cancels.event_for(call_id),
     )
-    return definition, kwargs, context
+    if cancels.requested(call_id):  # cancelled between its admission and now: it never starts
+        return cancels.cancelled_outcome(request, worker=worker, why=f"the call to {request.tool!r} was cancelled before it started")
+    return _Run(definition=definition, kwargs=kwargs, context=context)
 
 
 def _hard_timeout(
@@ -229,6 +256,8 @@ def _escaped(request: CallRequest, exc: BaseException, *, worker: str) -> CallOu
 
 def _returned(request: CallRequest, value: Any, *, worker: str) -> CallOutcome:
     call_id = request.call_id
+    if cancels.requested(call_id):  # it returned, but only after its cancel
+        return cancels.cancelled_outcome(request, worker=worker)
     try:
         # bytes become UTF-8 text (pydantic's rule); bytes that are not UTF-8 are refused.
         result = pydantic_core.to_jsonable_python(value)
@@ -239,7 +268,9 @@ def _returned(request: CallRequest, value: Any, *, worker: str) -> CallOutcome:
             "JSON; return str, or base64-encode binary data",
             worker=worker,
         )
-    except ValueError:  # PydanticSerializationError, circular references
+    except ValueError as exc:  # PydanticSerializationError, circular references
+        if "recursion" in str(exc).lower():
+            return _too_deep_result(request.tool, call_id, worker=worker)
         return CallOutcome.failure(
             call_id, ErrorKind.EXECUTION, "UnserializableResult",
             f"tool {request.tool!r} returned a {type(value).__qualname__}, which cannot be sent as "
@@ -255,6 +286,15 @@ def _exit_message(tool: str, exc: BaseException) -> str:
     return f"tool {tool!r} raised {type(exc).__name__}{f': {exc}' if str(exc) else ''}"
 
 
+def _too_deep_result(tool: str, call_id: str, *, worker: str) -> CallOutcome:
+    return CallOutcome.failure(
+        call_id, ErrorKind.EXECUTION, "UnserializableResult",
+        f"tool {tool!r} returned a value nested deeper than {MAX_DEPTH} levels of arrays and objects, "
+        "which toolexec does not send",
+        worker=worker,
+    )  # fmt: skip
+
+
 def encode_outcome(outcome: CallOutcome, *, tool: str, max_bytes: int) -> str:
     """The outcome as JSON, replaced by an error outcome when it exceeds ``max_bytes``
     or cannot be JSON (a string that is not valid Unicode: a lone surrogate)."""
@@ -267,6 +307,8 @@ def encode_outcome(outcome: CallOutcome, *, tool: str, max_bytes: int) -> str:
             "cannot be sent as JSON",
             worker=outcome.worker,
         ).model_dump_json()
+    if outcome.ok and too_deep(encoded, around=1):  # the outcome's object around the result
+        return _too_deep_result(tool, outcome.call_id, worker=outcome.worker).model_dump_json()
     size = len(encoded.encode())
     if size <= max_bytes:
         return encoded
@@ -298,134 +340,3 @@ def format_validation_error(tool: str, exc: pydantic.ValidationError) -> str:
 
 def _printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-_loops = threading.local()
-
-
-class _LoopOwner:
-    """Held in its thread's locals only, beside the loop: its finalizer closes the loop when
-    the thread ends, when the process exits, or when the thread takes a fresh loop after
-    abandoning this one. No loop is left to the garbage collector unclosed."""
-
-
-def _thread_loop() -> asyncio.AbstractEventLoop:
-    # One loop per worker thread, kept: a fresh loop per call costs more than the call.
-    loop: asyncio.AbstractEventLoop | None = getattr(_loops, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = asyncio.new_event_loop()
-        _loops.loop, _loops.owner = loop, _LoopOwner()
-        weakref.finalize(_loops.owner, _close_unless_running, loop)
-    return loop
-
-
-def _close_unless_running(loop: AbstractEventLoop) -> None:
-    if not loop.is_running():  # at exit, a daemon thread may still be in a call
-        loop.close()
-
-
-#: Seconds an async tool has to end after its hard limit cancelled it.
-_CANCEL_GRACE = 0.5
-
-_runaway_lock = threading.Lock()
-#: Tool threads left running past their hard limit.
-_runaway_threads: list[threading.Thread] = []
-#: Async tools that ignored their cancellation, each with the loop it waits on, which
-#: never runs again. Kept referenced: collecting a pending task logs an error.
-_abandoned: list[tuple[AbstractEventLoop, Task[Any]]] = []
-
-
-def runaways() -> int:
-    """How many tool runs this process abandoned at their hard limit and could not stop.
-
-    A sync tool's thread counts until it returns; an async tool that ignored its
-    cancellation counts for good (its loop never runs again, so it never resumes).
-    """
-    with _runaway_lock:
-        _runaway_threads[:] = [t for t in _runaway_threads if t.is_alive()]
-        return len(_runaway_threads) + len(_abandoned)
-
-
-def _run_async(func: Callable[..., Any], kwargs: dict[str, Any], hard_timeout: float | None) -> Any:
-    loop = _thread_loop()
-    task = loop.create_task(_contained(func(**kwargs)))
-    if hard_timeout is None:
-        return loop.run_until_complete(task)
-    # At the hard limit the task is cancelled; a tool that has not ended
-    # _CANCEL_GRACE later (it ignores cancellation) is abandoned with its loop.
-    timers: list[asyncio.TimerHandle] = []
-
-    def expire() -> None:
-        task.cancel()
-        timers.append(loop.call_later(_CANCEL_GRACE, loop.stop))
-
-    timers.append(loop.call_later(hard_timeout, expire))
-    try:
-        return loop.run_until_complete(task)
-    except asyncio.CancelledError:
-        if len(timers) > 1:  # our cancellation, not the tool's own
-            raise _HardTimeout from None
-        raise
-    except RuntimeError:
-        if task.done():  # the tool's own RuntimeError
-            raise
-        # "Event loop stopped before Future completed": the tool ignored cancellation.
-        _loops.loop = None
-        with _runaway_lock:
-            _abandoned.append((loop, task))
-        raise _HardTimeout from None
-    finally:
-        for timer in timers:
-            timer.cancel()
-
-
-def _run_sync_bounded(func: Callable[..., Any], kwargs: dict[str, Any], hard_timeout: float) -> Any:
-    # A thread cannot be killed. The run is abandoned and counted (runaways()); a
-    # prefork child then leaves once the outcome is delivered (executor.exits), while
-    # on solo and threads the thread runs on until the tool returns.
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = func(**kwargs)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = exc
-
-    context = copy_context()
-    thread = threading.Thread(target=context.run, args=(target,), daemon=True, name="toolexec-tool")
-    thread.start()
-    thread.join(hard_timeout)
-    if thread.is_alive():
-        with _runaway_lock:
-            _runaway_threads.append(thread)
-        raise _HardTimeout
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
-async def _await_tool(definition: ToolDefinition, kwargs: dict[str, Any], hard_timeout: float | None) -> Any:
-    """Await the tool on the running loop, under its hard limit."""
-    if definition.is_async and hard_timeout is None:
-        return await definition.func(**kwargs)  # no task of its own: nothing to time
-    if definition.is_async:
-        run: asyncio.Future[Any] = asyncio.ensure_future(_contained(definition.func(**kwargs)))
-    else:
-        # The tool's thread sees this call's context (current_call()).
-        call = functools.partial(copy_context().run, definition.func, **kwargs)
-        run = asyncio.get_running_loop().run_in_executor(None, call)
-    if hard_timeout is None:
-        return await run
-    try:
-        done, _ = await asyncio.wait({run}, timeout=hard_timeout)
-        if not done:
-            run.cancel()  # a thread runs on; a coroutine gets _CANCEL_GRACE to end
-            if definition.is_async:
-                await asyncio.wait({run}, timeout=_CANCEL_GRACE)
-            if definition.is_async and not run.done():
-                raise _HardTimeout(stopped=False, how=_IGNORED_CANCEL)
-            raise _HardTimeout(stopped=definition.is_async)
-    except asyncio.CancelledError:
-        run.cancel()
-        raise
-    return run.result()

@@ -9,8 +9,9 @@ about once a second, so counting adds no round trip to a call:
   into the pipeline it sends anyway (:func:`flush_into`);
 * each prefork pool child flushes its own from a daemon thread, every
   :data:`FLUSH_INTERVAL` seconds while it has counts, and once more as it exits
-  (Celery's ``worker_process_shutdown``: a child retired after a runaway tool, or
-  stopped with its worker).
+  (:func:`flush_now`, at Celery's ``worker_process_shutdown``, connected by
+  :mod:`executor.seams.app`: a child retired after a runaway tool, or stopped with its
+  worker).
 
 Counts live in two sets of buckets, keyed by the bucket's start on Redis' clock
 (:func:`wire.clock.shared_now`, so workers on hosts whose clocks differ agree):
@@ -23,7 +24,8 @@ lost; the figures are for operators, not for billing.
 The field of a count is ``<kind>:<tool>``: ``ok`` or an :class:`~wire.models.ErrorKind`
 value. :data:`CATEGORY` folds the kinds into what ``status`` shows: done, failed and
 timed out (the deadline passed before the call started, or the tool ran past its
-hard limit).
+hard limit). Beside them, ``retry:<tool>`` counts the attempts that retried a call
+(:func:`record_retry`, ``@tool(retries=...)``): runs, not outcomes.
 """
 
 from __future__ import annotations
@@ -37,8 +39,7 @@ from typing import Any, Literal
 
 import redis
 
-from executor.identity import in_pool_child
-from executor.redis_client import redis_client_for_url
+from executor.worker import in_pool_child, redis_client_for_url
 from wire import keys
 from wire.clock import shared_now
 from wire.models import CallOutcome, ErrorKind
@@ -47,6 +48,7 @@ __all__ = [
     "BUCKETS",
     "CATEGORY",
     "FLUSH_INTERVAL",
+    "RETRY",
     "WINDOWS",
     "Category",
     "ToolCounts",
@@ -55,6 +57,7 @@ __all__ = [
     "pending",
     "read_counts",
     "record",
+    "record_retry",
 ]
 
 #: Seconds between two flushes of a prefork child's counts.
@@ -71,6 +74,9 @@ _MAX_PENDING_BUCKETS = 512
 
 Category = Literal["done", "failed", "timed_out"]
 
+#: The kind of the field that counts retries: attempts, not outcomes (:func:`record_retry`).
+RETRY = "retry"
+
 #: Outcome kind -> what ``toolexec status`` counts it as.
 CATEGORY: dict[str, Category] = {
     "ok": "done",
@@ -78,6 +84,7 @@ CATEGORY: dict[str, Category] = {
     ErrorKind.INVALID_ARGUMENTS.value: "failed",
     ErrorKind.NOT_FOUND.value: "failed",
     ErrorKind.WORKER_LOST.value: "failed",
+    ErrorKind.CANCELLED.value: "failed",  # not done; by_kind tells a cancel from a failure
     ErrorKind.EXPIRED.value: "timed_out",
     ErrorKind.HARD_TIMEOUT.value: "timed_out",
 }
@@ -125,23 +132,34 @@ def record(tool: str, outcome: CallOutcome, *, redis_url: str, now: float | None
         redis_url: Where a prefork child flushes its counts (``settings.redis_url``).
         now: Epoch seconds on Redis' clock; :func:`wire.clock.shared_now` when omitted.
     """
-    at = shared_now() if now is None else now
-    field = f"{_kind(outcome)}:{tool}"
     counts = _counts
     with counts.lock:
-        for width in BUCKETS:
-            start = int(at // width) * width
-            counts.pending.setdefault(keys.stats(f"{width}:{start}"), Counter())[field] += 1
-        while len(counts.pending) > _MAX_PENDING_BUCKETS:  # nothing flushes: keep the newest
-            del counts.pending[next(iter(counts.pending))]
+        _count(counts, f"{_kind(outcome)}:{tool}", shared_now() if now is None else now)
         counts.redis_url = redis_url
-        start_flusher = counts.flusher is None and in_pool_child()
-        if start_flusher:
-            counts.flusher = threading.Thread(
+        flusher = None
+        if counts.flusher is None and in_pool_child():
+            flusher = counts.flusher = threading.Thread(
                 target=_flush_forever, args=(counts,), name="toolexec-stats", daemon=True
             )
-    if start_flusher:
-        _start_flushing(counts)
+    if flusher is not None:
+        flusher.start()  # a prefork child's: it flushes every second
+
+
+def record_retry(tool: str, *, now: float | None = None) -> None:
+    """Count an attempt that retries a call of ``tool``; no I/O. It is flushed with the
+    call's outcome, which :func:`record` counts when it is delivered."""
+    counts = _counts
+    with counts.lock:
+        _count(counts, f"{RETRY}:{tool}", shared_now() if now is None else now)
+
+
+def _count(counts: _Counts, field: str, at: float) -> None:
+    # Under counts.lock: one more of field in each bucket that holds the moment at.
+    for width in BUCKETS:
+        start = int(at // width) * width
+        counts.pending.setdefault(keys.stats(f"{width}:{start}"), Counter())[field] += 1
+    while len(counts.pending) > _MAX_PENDING_BUCKETS:  # nothing flushes: keep the newest
+        del counts.pending[next(iter(counts.pending))]
 
 
 def pending() -> dict[str, dict[str, int]]:
@@ -180,19 +198,6 @@ def flush_now() -> None:
         return  # counts for operators: these are lost
 
 
-def _on_process_shutdown(**_: Any) -> None:
-    flush_now()
-
-
-def _start_flushing(counts: _Counts) -> None:
-    """In a prefork child: flush every second, and once more when the child exits."""
-    from celery import signals  # the worker's only; readers of the counts never import Celery
-
-    signals.worker_process_shutdown.connect(_on_process_shutdown, weak=False)
-    if counts.flusher is not None:
-        counts.flusher.start()
-
-
 def _flush_forever(counts: _Counts) -> None:
     """A prefork child's flusher: every :data:`FLUSH_INTERVAL` s, send what was counted."""
     while True:
@@ -204,12 +209,14 @@ def _flush_forever(counts: _Counts) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ToolCounts:
-    """Calls of one tool in one window, by category and by outcome kind."""
+    """Calls of one tool in one window, by category and by outcome kind, and its retries."""
 
     done: int = 0
     failed: int = 0
     timed_out: int = 0
     by_kind: tuple[tuple[str, int], ...] = ()
+    #: Attempts that retried a call (``@tool(retries=...)``).
+    retries: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The counts as JSON-ready data."""
@@ -218,6 +225,7 @@ class ToolCounts:
             "failed": self.failed,
             "timed_out": self.timed_out,
             "by_kind": dict(self.by_kind),
+            "retries": self.retries,
         }
 
 
@@ -253,6 +261,7 @@ def read_counts(client: redis.Redis, now: float) -> dict[str, dict[str, ToolCoun
 
 
 def _summarise(kinds: Counter[str]) -> ToolCounts:
+    retries = kinds.pop(RETRY, 0)
     totals: Counter[str] = Counter()
     for kind, calls in kinds.items():
         totals[CATEGORY.get(kind, "failed")] += calls
@@ -261,4 +270,5 @@ def _summarise(kinds: Counter[str]) -> ToolCounts:
         failed=totals["failed"],
         timed_out=totals["timed_out"],
         by_kind=tuple(sorted(kinds.items())),
+        retries=retries,
     )

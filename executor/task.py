@@ -7,7 +7,8 @@ idempotent call may be answered from its stored outcome or join a running delive
 run the tool, deliver the outcome. On the asyncio pool (:mod:`executor.pools`) the task's
 async body, :func:`run_call_async`, takes the same steps (:func:`admit`, then
 :func:`conclude`) with its Redis round trips in the pool's I/O threads and the tool
-awaited on the pool's event loop.
+awaited on the pool's event loop. The outcome reaches its caller through
+:mod:`executor.delivery`.
 """
 
 from __future__ import annotations
@@ -16,27 +17,29 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import pydantic
 import redis
 
-from executor.backend import ReplyBackend
-from executor.exits import StoreUnavailable, retire_if_runaway
-from executor.holding import hold, holds_before_ack
-from executor.idempotency import complete, queue_reply
-from executor.identity import holder, in_pool_child
-from executor.metrics import observe_run, record_outcome
-from executor.progress import close_progress, open_progress
-from executor.redis_client import FIRST_PAUSE, redis_client, retry_pauses
+from executor import cancels
+from executor.callers import caller_known_waiting, caller_waits, shed
+from executor.claims import Admitted, hold, holds_before_ack, may_start, running_here
+from executor.context import close_progress, open_progress
+from executor.delivery import deliver_encoded, finish, mark_running, push_plain, record_and_encode
+from executor.errors import StoreUnavailable, ToolCallFailed
+from executor.limits import retire_if_runaway
+from executor.metrics import observe_run
 from executor.registry import get_tool
-from executor.request import request_class
-from executor.runner import encode_outcome, execute, execute_async, refuse_if_expired
-from executor.running_here import Admitted, running_here
-from executor.signatures import check_signature, signed_headers_of
-from executor.stats import record as count_outcome
-from executor.tracing import ToolCallFailed, call_log_fields, call_span
+from executor.runner import execute, execute_async, refuse_if_expired
+from executor.seams.backend import ReplyBackend
+from executor.seams.put_back import COPY_KEY, is_stale
+from executor.seams.request import GENERATION_KEY, request_class
+from executor.seams.signatures import check_signature, signed_headers_of
+from executor.tracing import call_log_fields, call_span
+from executor.worker import FIRST_PAUSE, holder, in_pool_child, redis_client, retry_pauses
 from wire import keys
 from wire.models import (
     TASK_AT_LEAST_ONCE,
@@ -52,32 +55,32 @@ from wire.signing import SIGNATURE_HEADER
 if TYPE_CHECKING:
     from executor.pools.offload import Offload
 
-__all__ = ["Admitted", "admit", "conclude", "finish", "register_tasks", "run_call", "run_call_async"]
+__all__ = ["admit", "conclude", "register_tasks", "run_call", "run_call_async"]
 
 logger = logging.getLogger(__name__)
 
 
-def run_call(fields: dict[str, Any], *, settings: Settings, worker: str) -> CallOutcome | None:
+def run_call(
+    fields: dict[str, Any], *, settings: Settings, worker: str, generation: int | None = None
+) -> CallOutcome | None:
     """Run the call described by a task's keyword arguments and deliver its outcome.
 
-    An expired call is refused; an idempotent call whose outcome is stored is answered
-    from the store; one another live delivery is running joins it instead of running.
-    Returns the outcome delivered, or None when this delivery delivered nothing.
+    An expired call is refused; a copy sent again (``generation``, :mod:`wire.copies`)
+    that the client gave up on, or sent again since, does not run; an idempotent call
+    whose outcome is stored is answered from the store; one another live delivery is
+    running joins it instead of running. Returns the outcome delivered, or None when
+    this delivery delivered nothing.
     """
-    admitted = admit(fields, settings=settings, worker=worker)
+    admitted = admit(fields, settings=settings, worker=worker, generation=generation)
     if not isinstance(admitted, Admitted):
         return admitted
-    try:
-        with observe_run(admitted.call.tool):
-            outcome = execute(admitted.call, worker=worker, definition=admitted.definition)
-    except BaseException:
-        running_here.abandon(admitted)
-        raise
-    return conclude(admitted, outcome, settings=settings)
+    with _running(admitted, settings) as answers:
+        outcome = execute(admitted.call, worker=worker, definition=admitted.definition)
+    return conclude(admitted, outcome, settings=settings) if answers() else None
 
 
 async def run_call_async(
-    fields: dict[str, Any], *, settings: Settings, worker: str, offload: Offload
+    fields: dict[str, Any], *, settings: Settings, worker: str, offload: Offload, generation: int | None = None
 ) -> CallOutcome | None:
     """:func:`run_call` on the asyncio pool: the tool is awaited on the running loop.
 
@@ -91,37 +94,57 @@ async def run_call_async(
     if call is None:
         return None
     refusal = refuse_if_expired(call, worker=worker)  # the one deadline check
-    if refusal is None and call.idempotency_key is None:
+    if refusal is None and call.idempotency_key is None and generation is None and caller_known_waiting(call):
         admitted = _admit_call(call, None, settings=settings, worker=worker)  # no Redis
     else:
         admitted = await offload(
-            functools.partial(_admit_call, call, refusal, settings=settings, worker=worker)
+            functools.partial(_admit_call, call, refusal, settings=settings, worker=worker, generation=generation)
         )
     if not isinstance(admitted, Admitted):
         return admitted
-    try:
-        with observe_run(admitted.call.tool):
-            outcome = await execute_async(admitted.call, worker=worker, definition=admitted.definition)
-    except BaseException:
-        running_here.abandon(admitted)
-        raise
+    with _running(admitted, settings) as answers:
+        outcome = await execute_async(admitted.call, worker=worker, definition=admitted.definition)
+    if not answers():
+        return None
     if admitted.call.idempotency_key is None:
         # Plain calls that end at the same moment share one pipeline (_conclude_plain).
         return await offload.batched(_conclude_plain, (admitted, outcome, settings))
     return await offload(functools.partial(conclude, admitted, outcome, settings=settings))
 
 
-def admit(fields: dict[str, Any], *, settings: Settings, worker: str) -> Admitted | CallOutcome | None:
-    """The steps before a call runs: validate it, refuse it if expired, begin it.
+@contextmanager
+def _running(admitted: Admitted, settings: Settings) -> Iterator[Callable[[], bool]]:
+    """Run the admitted call's tool in the block: counted, cancellable; its key let go if
+    the block raises. Yields whether this delivery still answers the call (False once its
+    cancel's grace answered it, :mod:`executor.cancels`: the tool's outcome is dropped)."""
+    answered: list[bool] = []
+    try:
+        with observe_run(admitted.call.tool), cancels.watch(admitted, settings):
+            yield lambda: answered[0]
+            answered.append(cancels.take_answer(admitted.call.call_id))
+    except BaseException:
+        running_here.abandon(admitted)
+        raise
+    if not answered[0]:
+        running_here.abandon(admitted)
+
+
+def admit(
+    fields: dict[str, Any], *, settings: Settings, worker: str, generation: int | None = None
+) -> Admitted | CallOutcome | None:
+    """The steps before a call runs: validate it, refuse it if expired, let a copy sent
+    again ask whether it may start, begin it.
 
     Returns :class:`Admitted` when the tool must run in this delivery; otherwise what this
     delivery delivered: the refusal or the stored outcome, or None (a malformed message,
-    or a call that joined the delivery already running it).
+    a copy that may not start, or a call that joined the delivery already running it).
     """
     call = _validated(fields)
     if call is None:
         return None
-    return _admit_call(call, refuse_if_expired(call, worker=worker), settings=settings, worker=worker)
+    return _admit_call(
+        call, refuse_if_expired(call, worker=worker), settings=settings, worker=worker, generation=generation
+    )
 
 
 def _validated(fields: dict[str, Any]) -> CallRequest | None:
@@ -135,26 +158,37 @@ def _validated(fields: dict[str, Any]) -> CallRequest | None:
 
 
 def _admit_call(
-    call: CallRequest, refusal: CallOutcome | None, *, settings: Settings, worker: str
+    call: CallRequest, refusal: CallOutcome | None, *, settings: Settings, worker: str,
+    generation: int | None = None,
 ) -> Admitted | CallOutcome | None:
     """:func:`admit` for a valid call, given what the deadline check said of it.
 
-    ``refusal`` is :func:`~executor.runner.refuse_if_expired`'s answer. Sends nothing
-    to Redis for a plain call it let through (the worker's heartbeat records who runs
-    a plain call once it has run for a moment, :mod:`executor.heartbeat`), but on
-    RabbitMQ, where a prefork child records who holds an at-most-once call before its
-    tool starts (:mod:`executor.holding`).
+    ``refusal`` is :func:`~executor.runner.refuse_if_expired`'s answer. A call whose
+    caller no longer waits is shed (:mod:`executor.callers`: one look per caller a third of
+    an interval). Otherwise it sends nothing to Redis for a plain call it let through (the worker's heartbeat records who runs
+    a plain call once it has run for a moment, :class:`executor.worker.Heartbeat`), but
+    on RabbitMQ, where a prefork child records who holds an at-most-once call before its
+    tool starts (:func:`executor.claims.hold`).
     """
     tag = holder(worker)
+    cancels.listen(settings)  # once per process, before its first call
+    if refusal is None and cancels.heard(call.call_id):
+        refusal = cancels.cancelled_outcome(call, worker=worker, why="cancelled before it started")
+    if refusal is None and not caller_waits(redis_client(settings), call, settings=settings):
+        refusal = shed(call, worker=worker)  # nobody waits for it: shed unrun, like an expired call
     if refusal is not None:
         finish(call, refusal, settings=settings, store=False, holder=tag)
         return refusal
+    if generation is not None and not may_start(call, generation, tag=tag, settings=settings, worker=worker):
+        return None
     definition = get_tool(call.tool)
     if (
         definition is not None and definition.spec.delivery == "at_most_once"
         and in_pool_child() and holds_before_ack(settings, acks_late=False)
     ):  # fmt: skip
         hold(redis_client(settings), call.call_id, tag, interval=settings.heartbeat_interval)
+    if call.handle:
+        mark_running(call, worker=worker, settings=settings)
     if call.idempotency_key is None:
         open_progress(call, settings)  # report_progress() reaches the caller from now on
         return Admitted(call=call, definition=definition, holder=tag)
@@ -182,7 +216,7 @@ def _admit_call(
             "call %s of %s answered from its stored outcome", call.call_id, call.tool,
             extra=call_log_fields(call.call_id, call.run_id, call.tool),
         )  # fmt: skip
-        _complete(client, call, value, settings=settings, store=False, holder=tag)
+        deliver_encoded(client, call, value, settings=settings, store=False, holder=tag)
         return CallOutcome.model_validate_json(value)
     open_progress(call, settings)  # report_progress() reaches the caller from now on
     return Admitted(call=call, definition=definition, holder=tag, key_lock=key_lock)
@@ -228,10 +262,8 @@ def conclude(admitted: Admitted, outcome: CallOutcome, *, settings: Settings) ->
     close_progress(admitted.call)  # its last progress report goes before the outcome
     spec = admitted.definition.spec if admitted.definition is not None else None
     store = should_store(spec, outcome)
-    deliver = functools.partial(
-        finish, admitted.call, outcome, settings=settings, store=store, holder=admitted.holder
-    )
-    running_here.complete(admitted, deliver)
+    with running_here.completing(admitted):
+        finish(admitted.call, outcome, settings=settings, store=store, holder=admitted.holder)
     return outcome
 
 
@@ -240,96 +272,26 @@ def _conclude_plain(
 ) -> list[CallOutcome | BaseException]:
     """:func:`conclude` for many plain calls (no idempotency key) at once: one pipeline.
 
-    What :func:`finish` does for each, with the outcome pushes of all the calls in one
-    Redis round trip, tried again through a Redis blip as :func:`_complete` does. Returns
+    What :func:`~executor.delivery.finish` does for each, with the outcome pushes of all
+    the calls in one Redis round trip (:func:`~executor.delivery.push_plain`). Returns
     each call's outcome, or the exception that kept it from being delivered.
     """
     results: list[CallOutcome | BaseException] = []
-    pushes: dict[int, tuple[Settings, list[tuple[CallRequest, str]]]] = {}
+    delivered: list[tuple[CallRequest, str, Settings]] = []
     for admitted, outcome, settings in concluded:
         call = admitted.call
         try:
             if call.idempotency_key is not None:
                 raise ValueError(f"call {call.call_id} has an idempotency key: conclude it alone")
             close_progress(call)  # its last progress report goes before the outcome
-            record_outcome(call.tool, outcome)
-            count_outcome(call.tool, outcome, redis_url=settings.redis_url)
-            encoded = encode_outcome(outcome, tool=call.tool, max_bytes=settings.max_result_bytes)
+            encoded = record_and_encode(call, outcome, settings=settings)
         except Exception as exc:  # noqa: BLE001 - this call's failure, not the others'
             results.append(exc)
             continue
-        pushes.setdefault(id(settings), (settings, []))[1].append((call, encoded))
+        delivered.append((call, encoded, settings))
         results.append(outcome)
-    for settings, delivered in pushes.values():
-        _complete_plain(redis_client(settings), delivered, settings=settings)
+    push_plain(delivered)
     return results
-
-
-def finish(
-    call: CallRequest, outcome: CallOutcome, *, settings: Settings, store: bool = False, holder: str = ""
-) -> None:
-    """Deliver ``outcome`` to the caller of ``call`` (and its joiners); store it if asked."""
-    record_outcome(call.tool, outcome)
-    count_outcome(call.tool, outcome, redis_url=settings.redis_url)  # for `toolexec status`
-    encoded = encode_outcome(outcome, tool=call.tool, max_bytes=settings.max_result_bytes)
-    _complete(redis_client(settings), call, encoded, settings=settings, store=store, holder=holder)
-
-
-#: How long a worker keeps trying to deliver an outcome while Redis is unreachable.
-_DELIVERY_PATIENCE = 5.0
-
-
-def _complete(
-    client: redis.Redis, call: CallRequest, encoded: str, *, settings: Settings, store: bool, holder: str
-) -> None:
-    # A second COMPLETE after a first that landed only pushes a duplicate frame, which
-    # the client drops (nobody waits for that call id any more).
-    def deliver() -> None:
-        complete(
-            client, call, encoded, store=store, holder=holder,
-            outcome_ttl=settings.outcome_ttl, reply_ttl=settings.reply_ttl,
-        )  # fmt: skip
-
-    _through_blips(deliver, [call])
-
-
-def _complete_plain(
-    client: redis.Redis, delivered: list[tuple[CallRequest, str]], *, settings: Settings
-) -> None:
-    """:func:`_complete` for many plain calls: their replies pushed in one pipeline.
-
-    A second push after one that landed is a duplicate frame, which the client drops.
-    """
-
-    def deliver() -> None:
-        pipe = client.pipeline(transaction=False)
-        for call, encoded in delivered:
-            queue_reply(pipe, call, encoded, reply_ttl=settings.reply_ttl)
-        if len(pipe):
-            pipe.execute()
-
-    _through_blips(deliver, [call for call, _ in delivered])
-
-
-def _through_blips(deliver: Callable[[], None], calls: list[CallRequest]) -> None:
-    """Run ``deliver``, trying again with backoff for :data:`_DELIVERY_PATIENCE` while
-    Redis errs: a Redis blip must not lose an outcome. Logs each call it gave up."""
-    pauses = retry_pauses(_DELIVERY_PATIENCE)
-    while True:
-        try:
-            deliver()
-            return
-        except redis.RedisError as exc:
-            pause = next(pauses, None)
-            if pause is None:
-                for call in calls:
-                    logger.error(
-                        "could not deliver the outcome of call %s of %s: %s", call.call_id, call.tool, exc,
-                        extra=call_log_fields(call.call_id, call.run_id, call.tool),
-                    )  # fmt: skip
-                return
-            time.sleep(pause)
-
 
 
 def _forget_frames(self: Any, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
@@ -353,11 +315,21 @@ def _end_as_failure_if_failed(outcome: CallOutcome | None) -> None:
         raise failure
 
 
+def _put_back_here(request: Any) -> bool:
+    """Whether this copy of the delivery went back on its queue when the broker connection
+    broke (:mod:`executor.seams.put_back`): then the copy taken again runs, not this one."""
+    if not is_stale(getattr(request, COPY_KEY, None)):
+        return False
+    logger.info("call %s: this copy does not run: it went back on its queue when the broker connection broke",
+                request.id)  # fmt: skip
+    return True
+
+
 def register_tasks(app: Any, settings: Settings) -> None:
     """Register both delivery modes of the task on ``app``, with the reply backend."""
 
     def signed(task_name: str, request: Any, fields: dict[str, Any]) -> bool:
-        # With TOOLEXEC_SIGNING_KEY, before anything trusts the fields (executor.signatures).
+        # With TOOLEXEC_SIGNING_KEY, before anything trusts the fields (executor.seams.lockdown).
         info = getattr(request, "delivery_info", None) or {}
         return check_signature(
             fields, settings=settings, worker=request.hostname or "", task_name=task_name,
@@ -366,33 +338,43 @@ def register_tasks(app: Any, settings: Settings) -> None:
         )  # fmt: skip
 
     def run_tool(self: Any, **fields: Any) -> None:
+        if _put_back_here(self.request):
+            return
         if settings.signing_key is not None and not signed(self.name, self.request, fields):
             return
         with call_span(self.request, fields) as span:
-            outcome = run_call(fields, settings=settings, worker=self.request.hostname or "")
+            outcome = run_call(
+                fields, settings=settings, worker=self.request.hostname or "",
+                generation=getattr(self.request, GENERATION_KEY, None),
+            )  # fmt: skip
             span.record(outcome)
         # The outcome is delivered. A prefork child still running a tool past its hard
-        # limit now leaves, and billiard starts a fresh one (executor.exits).
+        # limit now leaves, and billiard starts a fresh one (executor.limits).
         retire_if_runaway()
         _end_as_failure_if_failed(outcome)
 
     async def run_tool_async(self: Any, request: Any, offload: Offload, **fields: Any) -> None:
         # The async body the asyncio pool awaits (executor.pools.trace.AsyncTask).
+        if _put_back_here(request):
+            return
         if settings.signing_key is not None and not await offload(
             functools.partial(signed, self.name, request, fields)
         ):
             return
         with call_span(request, fields) as span:
-            outcome = await run_call_async(fields, settings=settings, worker=request.hostname or "", offload=offload)
+            outcome = await run_call_async(
+                fields, settings=settings, worker=request.hostname or "", offload=offload,
+                generation=getattr(request, GENERATION_KEY, None),
+            )  # fmt: skip
             span.record(outcome)
         _end_as_failure_if_failed(outcome)
 
-    backend = ReplyBackend(app=app, settings=settings, finish=finish)
+    backend = ReplyBackend(app=app, settings=settings)
     common: dict[str, Any] = {
         "bind": True, "ignore_result": True, "typing": False, "backend": backend,
         "Request": request_class(settings), "run_async": run_tool_async,
         # Refuse a malformed message as InvalidTaskError (dead-lettered by the consumer).
-        "Strategy": "executor.strategy:strategy",
+        "Strategy": "executor.seams.request:strategy",
         # Bound to this app's settings: never added to apps made later in the process.
         "shared": False,
         # A failed call ends its task as a failure, after its outcome is delivered, so

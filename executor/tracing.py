@@ -1,15 +1,31 @@
-"""What the worker tells observers about a call: log fields and an optional OpenTelemetry span.
+"""What the worker tells observers about a call: log fields, the JSON log format, and spans.
 
 **Celery's view.** A call whose outcome is an error ends its task by raising
-:class:`ToolCallFailed` after the outcome is delivered, so Celery's events (Flower),
-``celery inspect`` and its log show a failure, under the tool's name (the message's
-``shadow`` header). Its message is the error's type and kind only, never the tool's
-message; the task declares it expected (``throws``), so Celery logs it at INFO,
-without a traceback, and the reply backend sends no second outcome for it.
+:class:`~executor.errors.ToolCallFailed` after the outcome is delivered, so Celery's
+events (Flower), ``celery inspect`` and its log show a failure, under the tool's name
+(the message's ``shadow`` header).
 
 **Logs.** :func:`call_log_fields` is the ``extra=`` of every log record about a call:
 ``call_id``, ``run_id`` and ``tool`` become attributes of the record, for a JSON or
 logfmt formatter to print. Never arguments or results.
+
+**The JSON log format** (``TOOLEXEC_LOG_FORMAT=json``, ``toolexec worker --log-format
+json``). Celery's text format shows none of those attributes. With ``json``, every
+record a worker writes, in its main process and its pool processes, is one JSON object
+on one line (:class:`JsonFormatter`)::
+
+    {"time": "2025-01-01T12:00:00.123+00:00", "level": "INFO", "logger": "executor.runner",
+     "process": 4242, "message": "call c-1 of search raised ValueError",
+     "call_id": "c-1", "run_id": "run-7", "tool": "search"}
+
+``call_id``, ``run_id`` and ``tool`` are there when the record is about a call: set on
+the record by toolexec, or, for a record a tool logs itself while it runs, taken from
+the call it runs in (:func:`executor.context.current_call`). Nothing else of the call is
+added: never its arguments or its result. An exception's type is ``exc_type``; its text
+and traceback (``exception``) only as the text format would show them. The format is
+applied when Celery has set up its loggers (``after_setup_logger``,
+``after_setup_task_logger``, connected to :func:`apply_log_format` by
+:mod:`executor.seams.app`); pool processes inherit it.
 
 **Spans.** When the agent's process had an active span as it sent the call, the
 message carries its W3C trace context (``traceparent``, ``tracestate``, ``baggage``:
@@ -28,38 +44,95 @@ provider set in the worker (an SDK the deployment configures, for example with
 from __future__ import annotations
 
 import functools
+import json
+import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
+from executor.context import current_call
 from wire.models import CallOutcome
 
-__all__ = ["SPAN_PREFIX", "CallSpan", "ToolCallFailed", "call_log_fields", "call_span"]
+__all__ = [
+    # Logs
+    "JsonFormatter",
+    "apply_log_format",
+    "call_log_fields",
+    "use_log_format",
+    # Spans
+    "SPAN_PREFIX",
+    "CallSpan",
+    "call_span",
+]
 
 #: The worker's span of a call is named ``toolexec.call <tool>``.
 SPAN_PREFIX = "toolexec.call"
 
 
-class ToolCallFailed(Exception):
-    """How a task whose call failed ends, after its outcome reached the caller.
-
-    The message is ``<error type> (<error kind>)``, e.g. ``ValueError (execution)``.
-    """
-
-    def __init__(self, description: str) -> None:
-        super().__init__(description)
-
-    @classmethod
-    def of(cls, outcome: CallOutcome) -> ToolCallFailed | None:
-        """The exception for ``outcome``, or None when it is a success."""
-        error = outcome.error
-        return None if error is None else cls(f"{error.type} ({error.kind.value})")
-
-
 def call_log_fields(call_id: str, run_id: str | None, tool: str) -> dict[str, Any]:
     """The ``extra=`` of a log record about one call: its ids and its tool."""
     return {"call_id": call_id, "run_id": run_id, "tool": tool}
+
+
+# -- the JSON log format ----------------------------------------------------------------
+
+#: The record attributes toolexec sets on a record about a call.
+_CALL_FIELDS = ("call_id", "run_id", "tool")
+
+_format = "text"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, process, message, the call's ids."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON."""
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "process": record.process,
+            "message": record.getMessage(),
+        }
+        entry.update(_call_fields(record))
+        if record.exc_info and record.exc_info[0] is not None:
+            entry["exc_type"] = record.exc_info[0].__name__
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+def _call_fields(record: logging.LogRecord) -> dict[str, Any]:
+    found = {name: getattr(record, name) for name in _CALL_FIELDS if hasattr(record, name)}
+    if found:
+        return found
+    try:
+        call = current_call()
+    except LookupError:  # not inside a call
+        return {}
+    return {"call_id": call.call_id, "run_id": call.run_id, "tool": call.tool}
+
+
+def use_log_format(log_format: str) -> None:
+    """Format the worker's log records as ``log_format`` (``text`` or ``json``) once Celery sets them up."""
+    global _format
+    _format = log_format
+
+
+def apply_log_format(logger: logging.Logger | None = None, **_: Any) -> None:
+    """Give the root logger's handlers, and ``logger``'s, the format :func:`use_log_format` chose.
+
+    Celery's ``after_setup_logger`` and ``after_setup_task_logger`` signals call it.
+    """
+    if _format != "json":
+        return
+    for target in {logging.getLogger(), *([logger] if logger is not None else [])}:
+        for handler in target.handlers:
+            handler.setFormatter(JsonFormatter())
+
+
+# -- spans -----------------------------------------------------------------------------
 
 
 class CallSpan:

@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, TypedDict
+from typing import Annotated, Any, TypedDict
 
 from pydantic import Field, StringConstraints
 
@@ -48,6 +48,11 @@ CREATE TABLE IF NOT EXISTS bookings (
 CREATE UNIQUE INDEX IF NOT EXISTS bookings_by_idempotency_key
     ON bookings (idempotency_key) WHERE idempotency_key IS NOT NULL;
 """
+
+#: Every column of a booking, in :class:`LedgerRow`'s order (:func:`_ledger_row`).
+_SELECT_ROWS = (
+    "SELECT booking_id, flight_id, passenger, created_at, call_id, idempotency_key FROM bookings"
+)
 
 
 class Booking(TypedDict):
@@ -127,21 +132,8 @@ def list_bookings(data_dir: str | Path | None = None) -> list[LedgerRow]:
     if not path.exists():
         return []
     with _ledger(path) as db:
-        rows = db.execute(
-            "SELECT booking_id, flight_id, passenger, created_at, call_id, idempotency_key "
-            "FROM bookings ORDER BY rowid"
-        ).fetchall()
-    return [
-        LedgerRow(
-            booking_id=booking_id,
-            flight_id=flight_id,
-            passenger=passenger,
-            created_at=created_at,
-            call_id=call_id,
-            idempotency_key=idempotency_key,
-        )
-        for booking_id, flight_id, passenger, created_at, call_id, idempotency_key in rows
-    ]
+        rows = db.execute(f"{_SELECT_ROWS} ORDER BY rowid").fetchall()
+    return [_ledger_row(row) for row in rows]
 
 
 def _insert_booking(
@@ -175,11 +167,14 @@ def _insert_booking(
         if idempotency_key is None:
             return row
         stored = db.execute(
-            "SELECT booking_id, flight_id, passenger, created_at, call_id, idempotency_key "
-            "FROM bookings WHERE idempotency_key = ?",
-            (idempotency_key,),
+            f"{_SELECT_ROWS} WHERE idempotency_key = ?", (idempotency_key,)
         ).fetchone()
-    booking_id, flight_id, passenger, created_at, call_id, idempotency_key = stored
+    return _ledger_row(stored)
+
+
+def _ledger_row(values: tuple[Any, ...]) -> LedgerRow:
+    """A row of :data:`_SELECT_ROWS` as a :class:`LedgerRow`."""
+    booking_id, flight_id, passenger, created_at, call_id, idempotency_key = values
     return LedgerRow(
         booking_id=booking_id, flight_id=flight_id, passenger=passenger,
         created_at=created_at, call_id=call_id, idempotency_key=idempotency_key,

@@ -14,10 +14,55 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent_client.io import THREAD_NAME
+from agent_client._io.loop import THREAD_NAME
 
 #: The root logger's level as the session starts, before any fixture changed it.
 _ROOT_LEVEL = logging.getLogger().level
+
+#: The modules that take longest (seconds summed over their tests, from a run's
+#: ``--junitxml``), longest first. The suite runs whole modules in parallel processes
+#: (``--dist loadscope``, pyproject.toml): started first, these do not end the run alone.
+_LONGEST_FIRST = (
+    "tests/integration/test_bench_smoke.py",
+    "tests/integration/frameworks/test_oldest_versions.py",
+    "tests/integration/test_deploy_warm.py",
+    "tests/integration/test_outage_memory.py",
+    "tests/integration/test_connection_drops.py",
+    "tests/integration/test_deploy_cold.py",
+    "tests/integration/test_task_events.py",
+    "tests/integration/test_cancel.py",
+    "tests/integration/test_handles.py",
+    "tests/integration/test_retries.py",
+    "tests/integration/test_amqp_faults.py",
+    "tests/integration/test_lost_processes.py",
+    "tests/integration/test_stalls_and_dead_callers.py",
+    "tests/integration/test_leaks.py",
+    "tests/integration/test_redis_outage.py",
+    "tests/integration/test_idempotency.py",
+    "tests/integration/test_brokers.py",
+    "tests/integration/test_lost_windows.py",
+    "tests/integration/test_redelivery.py",
+    "tests/integration/test_asyncio_pool.py",
+    "tests/integration/test_pools.py",
+    "tests/integration/test_cli.py",
+    "tests/integration/frameworks/test_mcp.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Order modules longest first: the known long ones, then integration, contract,
+    worker and unit tests; a module's own tests keep their order."""
+    rank = {path: i for i, path in enumerate(_LONGEST_FIRST)}
+    kinds = ("tests/integration/", "tests/contract/", "tests/worker/", "tests/unit/")
+
+    def weight(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::", 1)[0]
+        if path in rank:
+            return (0, rank[path])
+        kind = next((i for i, prefix in enumerate(kinds) if path.startswith(prefix)), len(kinds))
+        return (1 + kind, 0)
+
+    items.sort(key=weight)  # stable: collection order within each weight
 
 
 @pytest.fixture(autouse=True)

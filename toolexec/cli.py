@@ -11,33 +11,31 @@ serves the tool, or no live worker at all); 5 Redis or the broker unreachable; 6
 the call died; 7 the outcome is unknown; 8 a ``TOOLEXEC_*`` setting is invalid; 130
 interrupted. A failure is one line on stderr (``toolexec: ...``), never a traceback.
 
+This module holds the typer app: each command's options, help and a call to its body,
+which lives in :mod:`toolexec.commands` (``worker``, ``tools``, ``call``, ``status``,
+``demo``), :mod:`toolexec.doctor` or :mod:`toolexec.mcp`.
+
 ``main(argv)`` returns the exit code; ``python -m toolexec`` and the ``toolexec``
 console script exit with it.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
 import logging
-import os
 import sys
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Literal, NoReturn
 
 import redis
 import typer
-from rich.console import Console
-from rich.live import Live
 
-from agent_client import RemoteToolError, ToolClient
-from toolexec.commands.call import call_tool, exit_code_for
-from toolexec.commands.exits import CommandFailed, ExitCode
-from toolexec.commands.render import status_view, tools_table
-from toolexec.commands.worker import LOG_LEVELS, check_tool_modules, worker_argv, worker_env
+from agent_client import RemoteToolError
+from toolexec.commands.call import call_tool, exit_code_for, tool_client
+from toolexec.commands.cancel import cancel_call_command
+from toolexec.commands.exits import CommandFailed, ExitCode, one_line
+from toolexec.commands.status import list_tools, show_status
+from toolexec.commands.worker import LOG_LEVELS, run_worker
 from toolexec.errors import LaunchError
 from toolexec.worker_process import Pool
 from wire.errors import ConfigurationError
@@ -121,33 +119,19 @@ def worker(
         typer.Argument(help="More `celery worker` options, after `--`.", show_default=False),
     ] = None,
 ) -> NoReturn:
-    """Start a Celery worker that serves the registered tools, with task events on.
+    """Start a Celery worker that serves the registered tools.
 
-    The same worker as `celery -A executor worker -E --without-gossip --without-mingle`,
+    Task events as TOOLEXEC_TASK_EVENTS says: by default none until a monitor asks for them
+    (Flower does; `celery -A executor control enable_events`), `on` from the start.
+    The same worker as `celery -A executor worker --without-gossip --without-mingle`,
     with the options given; this process becomes it (same PID). It prints a ready line
     naming its queues and tools, at any log level.
     """
-    if loglevel is not None and loglevel.upper() not in LOG_LEVELS:
-        raise CommandFailed(
-            f"--loglevel must be one of {', '.join(LOG_LEVELS)}, not {loglevel!r}",
-            ExitCode.BAD_ARGUMENTS,
-        )
-    split = [q.strip() for word in queues or [] for q in word.split(",") if q.strip()]
-    env = worker_env(
-        os.environ, pool=pool, metrics_port=metrics_port, metrics_host=metrics_host, log_format=log_format
-    )
-    check_tool_modules(Settings.from_env(env), Path.cwd())
-    argv = worker_argv(
-        pool=pool,
-        concurrency=concurrency,
-        queues=split,
-        name=hostname,
-        loglevel=loglevel,
-        extra=celery_args or [],
-    )
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(argv[0], argv, env)
+    run_worker(
+        queues=queues or [], concurrency=concurrency, pool=pool, metrics_port=metrics_port,
+        metrics_host=metrics_host, log_format=log_format, loglevel=loglevel, hostname=hostname,
+        celery_args=celery_args or [],
+    )  # fmt: skip
 
 
 # -- tools ---------------------------------------------------------------------------
@@ -159,20 +143,7 @@ def tools(as_json: JsonOption = False) -> None:
 
     Exits 4 when no live worker serves any tool.
     """
-    from toolexec.status import read_live, tool_rows
-
-    settings = Settings.from_env()
-    with _redis(settings) as client:
-        rows = tool_rows(read_live(client), settings)
-    if as_json:
-        print(json.dumps(rows, ensure_ascii=False))
-    elif rows:
-        Console().print(tools_table(rows))
-    if not rows:
-        raise CommandFailed(
-            f"no live worker serves any tool (Redis at {_redacted(settings.redis_url)})",
-            ExitCode.NOT_FOUND,
-        )
+    list_tools(Settings.from_env(), as_json=as_json)
 
 
 # -- call ----------------------------------------------------------------------------
@@ -209,13 +180,30 @@ def call(
     """Call one tool and print its result as JSON.
 
     Exit codes: 0 ok, 1 tool error, 2 bad arguments, 3 timeout, 4 not found, 5 broker
-    unavailable, 6 worker lost, 7 outcome unknown, 8 bad settings.
+    unavailable, 6 worker lost, 7 outcome unknown, 8 bad settings, 9 cancelled.
     """
-    with _client() as client:
+    with tool_client(Settings.from_env()) as client:
         call_tool(
             client, name, arguments or [], timeout=timeout, run_id=run_id, as_json=as_json,
             stdin=sys.stdin, out=sys.stdout, err=sys.stderr,
         )  # fmt: skip
+
+
+# -- cancel --------------------------------------------------------------------------
+
+
+@app.command()
+def cancel(
+    call_id: Annotated[str, typer.Argument(help="The call's id (CallHandle.id).", show_default=False)],
+    as_json: JsonOption = False,
+) -> None:
+    """Cancel a call: a queued one never starts, a running one is stopped.
+
+    Exit codes: 0 cancelled, 1 the call had ended already (nothing to cancel), 5 Redis
+    unavailable, 8 bad settings.
+    """
+    with tool_client(Settings.from_env()) as client:
+        cancel_call_command(client, call_id, as_json=as_json, out=sys.stdout)
 
 
 # -- status --------------------------------------------------------------------------
@@ -251,53 +239,9 @@ def status(
 
     Exits 5 when the queues' broker cannot be read, after showing the rest. With --worker only that worker's health decides: 4 when it is not live, else 0.
     """
-    from toolexec.status import status_snapshot
-
-    settings = Settings.from_env()
-    with _redis(settings) as client:
-        if not watch:
-            snapshot = status_snapshot(client, worker=only, broker_url=settings.broker_url)
-            _show_status(snapshot, as_json=as_json)
-            if only is not None:
-                if not snapshot["workers"]:
-                    raise CommandFailed(f"no live worker named {only!r}", ExitCode.NOT_FOUND)
-            elif "broker_error" in snapshot:  # a worker's health never hangs on the queues
-                raise CommandFailed(snapshot["broker_error"], ExitCode.BROKER_UNAVAILABLE)
-            return
-        snapshots = range(count) if count is not None else itertools.count()
-        try:
-            if as_json:
-                for n in snapshots:
-                    if n:
-                        time.sleep(interval)
-                    _show_status(_snapshot_or_error(client, only, settings), as_json=True)
-                return
-            first = status_snapshot(client, worker=only, broker_url=settings.broker_url)
-            with Live(status_view(first), auto_refresh=False) as live:
-                for _ in itertools.islice(snapshots, 1, None):
-                    time.sleep(interval)
-                    snapshot = _snapshot_or_error(client, only, settings)
-                    if "error" not in snapshot:
-                        live.update(status_view(snapshot), refresh=True)
-        except KeyboardInterrupt:
-            return
-
-
-def _snapshot_or_error(client: redis.Redis, only: str | None, settings: Settings) -> dict[str, Any]:
-    from toolexec.status import status_snapshot
-
-    try:
-        return status_snapshot(client, worker=only, broker_url=settings.broker_url)
-    except redis.RedisError as exc:
-        print(f"toolexec: Redis is unreachable: {_one_line(str(exc))}", file=sys.stderr, flush=True)
-        return {"time": time.time(), "error": str(exc)}
-
-
-def _show_status(snapshot: dict[str, Any], *, as_json: bool) -> None:
-    if as_json:
-        print(json.dumps(snapshot, ensure_ascii=False), flush=True)
-    else:
-        Console().print(status_view(snapshot))
+    show_status(
+        Settings.from_env(), as_json=as_json, watch=watch, interval=interval, count=count, only=only
+    )
 
 
 # -- mcp, demo -----------------------------------------------------------------------
@@ -317,7 +261,7 @@ def mcp(
     from agent_client.frameworks import MissingExtra
 
     try:
-        from toolexec.mcp_server import serve_http, serve_stdio
+        from toolexec.mcp import serve_http, serve_stdio
     except MissingExtra as exc:
         raise CommandFailed(str(exc), ExitCode.BAD_ARGUMENTS) from None
     settings = Settings.from_env()
@@ -338,7 +282,7 @@ def demo(
 
     Exits 1 if it fails, saying where it kept the logs of the processes it started.
     """
-    from toolexec.demo import run_demo
+    from toolexec.commands.demo import run_demo
 
     raise typer.Exit(run_demo(keep_logs_in=logs))
 
@@ -362,46 +306,7 @@ def doctor(
     raise typer.Exit(run_doctor(argv))
 
 
-# -- plumbing ------------------------------------------------------------------------
-
-
-@contextmanager
-def _redis(settings: Settings) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(
-        settings.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0
-    )
-    try:
-        yield client
-    except redis.RedisError as exc:
-        raise CommandFailed(
-            f"Redis at {_redacted(settings.redis_url)} is unreachable: {_one_line(str(exc))}",
-            ExitCode.BROKER_UNAVAILABLE,
-        ) from None
-    finally:
-        client.close()
-
-
-@contextmanager
-def _client() -> Iterator[ToolClient]:
-    settings = Settings.from_env()
-    try:
-        client = ToolClient(settings)
-    except ValueError as exc:  # a broker the client cannot publish to
-        raise CommandFailed(str(exc), ExitCode.BAD_SETTINGS) from None
-    try:
-        yield client
-    finally:
-        client.close()
-
-
-def _redacted(url: str) -> str:
-    scheme, sep, rest = url.partition("://")
-    credentials, at, location = rest.rpartition("@")
-    return f"{scheme}{sep}***@{location}" if at and credentials else url
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+# -- running the command ---------------------------------------------------------------
 
 
 def _status_of(code: object) -> int:
@@ -444,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(message: str, code: ExitCode) -> int:
-    print(f"toolexec: {_one_line(message)}", file=sys.stderr, flush=True)
+    print(f"toolexec: {one_line(message)}", file=sys.stderr, flush=True)
     return int(code)
 
 

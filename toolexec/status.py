@@ -28,6 +28,7 @@ from executor.stats import read_counts
 from wire import keys
 from wire.models import ToolSpec, WorkerInfo
 from wire.settings import Settings
+from wire.urls import is_redis_url
 
 __all__ = [
     "BrokerUnreachable",
@@ -39,8 +40,6 @@ __all__ = [
     "tool_rows",
     "worker_row",
 ]
-
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 #: kombu's Redis transport: a queue's list for priority ``p`` is ``<queue>\x06\x16<p>``.
 _PRIORITY_SEPARATOR = "\x06\x16"
@@ -69,6 +68,21 @@ class Live:
     def live_specs(self) -> list[ToolSpec]:
         """The specs some live worker serves, by name."""
         return [spec for _, spec in sorted(self.specs.items()) if self.serving(spec)]
+
+    def missing_tools(self) -> list[tuple[WorkerInfo, str, tuple[str, ...]]]:
+        """(worker, queue, tools): a live worker consuming ``queue`` that lacks ``tools``
+        other live workers serve on it; a call for one of them that worker takes fails
+        with ``ToolNotFound``. Sorted by worker and queue."""
+        served: dict[str, set[str]] = {}
+        for spec in self.live_specs():
+            served.setdefault(spec.queue, set()).add(spec.name)
+        found = []
+        for worker in self.workers:
+            for queue in worker.queues:
+                missing = served.get(queue, set()) - set(worker.tools)
+                if missing:
+                    found.append((worker, queue, tuple(sorted(missing))))
+        return sorted(found, key=lambda item: (item[0].worker_id, item[1]))
 
 
 def read_live(client: redis.Redis) -> Live:
@@ -122,6 +136,7 @@ def tool_rows(live: Live, settings: Settings) -> list[dict[str, Any]]:
                 "timeout_from": "tool" if spec.timeout is not None else "settings",
                 "hard_timeout": spec.hard_timeout,
                 "delivery": spec.delivery,
+                "retries": spec.retries,
                 "description": spec.description.strip().splitlines()[0]
                 if spec.description.strip()
                 else "",
@@ -142,6 +157,7 @@ def worker_row(info: WorkerInfo, now: float) -> dict[str, Any]:
         "pool": info.pool,
         "concurrency": info.concurrency,
         "running": info.running,
+        "ignoring_cancel": info.ignoring_cancel,
         "started_at": info.started_at,
         "last_heartbeat": info.beat_at or None,
         "heartbeat_age": round(max(0.0, now - info.beat_at), 3) if info.beat_at else None,
@@ -196,10 +212,12 @@ def status_snapshot(
 ) -> dict[str, Any]:
     """Everything ``toolexec status`` shows, as JSON-ready data.
 
-    Keys: ``time`` (Redis' clock), ``workers`` (a list of :func:`worker_row`), ``queues``
+    Keys: ``time`` (Redis' clock), ``worker_filter`` (``worker``: the name the workers
+    were filtered by, or null), ``workers`` (a list of :func:`worker_row`), ``queues``
     (queue -> depth: every queue a live worker consumes or a tool names, and
     ``default``), ``calls`` (``last_minute`` and ``last_hour``: tool -> ``done``,
-    ``failed``, ``timed_out`` and ``by_kind``), ``deadletter`` (``count``: messages
+    ``failed``, ``timed_out``, ``by_kind`` and ``retries``, the attempts that retried a
+    call), ``deadletter`` (``count``: messages
     refused in all, ``by_reason``; ``kept``: entries in the list). When the queues'
     broker (RabbitMQ, or another Redis) cannot be read, ``queues`` is empty and
     ``broker_error`` says which broker and why; the rest is read all the same.
@@ -242,6 +260,7 @@ def status_snapshot(
     }
     return {
         "time": live.now,
+        "worker_filter": worker,
         "workers": [worker_row(w, live.now) for w in workers],
         "queues": depths,
         "calls": {
@@ -258,13 +277,9 @@ def status_snapshot(
 
 
 def _depths(client: redis.Redis, queues: list[str], broker_url: str | None) -> dict[str, int]:
-    if (
-        broker_url is None
-        or broker_url.startswith(_REDIS_SCHEMES)
-        and _same_server(client, broker_url)
-    ):
+    if broker_url is None or is_redis_url(broker_url) and _same_server(client, broker_url):
         return queue_depths(client, queues)
-    if broker_url.startswith(_REDIS_SCHEMES):
+    if is_redis_url(broker_url):
         try:
             with redis.Redis.from_url(
                 broker_url, socket_connect_timeout=2.0, socket_timeout=5.0

@@ -3,7 +3,8 @@
 Both sides import this package, and it imports neither. It holds the data that crosses
 Redis (:mod:`wire.models`), the settings both sides read (:mod:`wire.settings`), every
 Redis key and TTL rule (:mod:`wire.keys`), the Celery message (:mod:`wire.message`),
-every Lua script (:mod:`wire.scripts`) and every string format (:mod:`wire.formats`).
+every Lua script (:mod:`wire.scripts`), every string format (:mod:`wire.formats`) and
+the one table of URL schemes (:mod:`wire.urls`).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The dead-letter list's entries and the commands that record one: both sides write it.
 
-A worker dead-letters what it refuses (:mod:`executor.deadletter`); a client's watchdog
+A worker dead-letters what it refuses (:mod:`executor.seams.deadletter`); a client's watchdog
 dead-letters an at-least-once call it gives up after its workers died on every delivery
-(:mod:`agent_client.watchdog`). Each entry is one JSON object pushed onto
+(:mod:`agent_client._io.watchdog`). Each entry is one JSON object pushed onto
 :data:`wire.keys.DEADLETTER` (newest first, capped at ``DEADLETTER_MAX_ENTRIES``, TTL
 ``DEADLETTER_TTL`` refreshed each time), and its reason is counted in the hash
 :data:`wire.keys.DEADLETTER_COUNT`.

@@ -6,7 +6,7 @@ ToolexecError
 ```
 
 The worker adds ``ToolDefinitionError`` (``executor.errors``) and the ops package adds
-``LaunchError`` (``toolexec.launch``) under the same base. Failures of a call never
+``LaunchError`` (``toolexec.errors``) under the same base. Failures of a call never
 cross the wire as exceptions: they travel as :class:`~wire.models.ErrorInfo` data, and
 the agent raises them as ``agent_client.RemoteToolError``.
 """

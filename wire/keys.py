@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from wire.settings import Settings
 
 __all__ = [
+    "CANCELLED",
+    "CANCELS",
     "CATALOG",
     "DEADLETTER",
     "DEADLETTER_COUNT",
@@ -22,13 +24,18 @@ __all__ = [
     "PREFIX",
     "WORKERS",
     "call_ttl_ms",
+    "caller",
     "claim",
     "deliveries",
+    "fence",
+    "handle",
+    "handle_waiters",
     "reply",
     "restored",
     "running",
     "running_keys",
     "sent",
+    "sent_copy",
     "state",
     "stats",
     "waiters",
@@ -58,6 +65,15 @@ def worker(worker_id: str) -> str:
 def reply(client_id: str) -> str:
     """List of outcomes waiting for one client process (TTL: reply_ttl)."""
     return f"{PREFIX}reply:{client_id}"
+
+
+def caller(client_id: str) -> str:
+    """That a client process still waits for its calls: a worker sheds a queued call whose
+    caller's key is gone (``CallRequest.caller_beats``).
+
+    TTL: one heartbeat interval, refreshed three times per interval by the client.
+    """
+    return f"{PREFIX}caller:{client_id}"
 
 
 def claim(idempotency_key: str) -> str:
@@ -92,6 +108,50 @@ def deliveries(call_id: str) -> str:
     """How many times a worker process died running one call (TTL: :func:`call_ttl_ms`
     ``"deliveries"``)."""
     return f"{PREFIX}deliveries:{call_id}"
+
+
+def sent_copy(call_id: str, generation: int) -> str:
+    """The sent marker of a call's copy sent again as ``generation``
+    (``wire.copies.sent_again``): pushed once, like the first send (:func:`sent`).
+
+    TTL: :func:`call_ttl_ms` ``"fence"``.
+    """
+    return f"{PREFIX}sent:{call_id}#{generation}"
+
+
+def handle(call_id: str) -> str:
+    """A submitted call's state, for any process to attach to (a hash: ``tool``, ``queue``,
+    ``deadline``, ``envelope``, ``status``, ``worker``, ``outcome``, ...).
+
+    TTL: ``TOOLEXEC_HANDLE_TTL``, from its last change.
+    """
+    return f"{PREFIX}handle:{call_id}"
+
+
+def handle_waiters(call_id: str) -> str:
+    """The processes attached to a submitted call, waiting for its outcome (waiter entries,
+    ``wire.formats.waiter_entry``). TTL: as :func:`handle`'s."""
+    return f"{PREFIX}handle-waiters:{call_id}"
+
+
+#: The calls cancelled lately (a sorted set: call id scored by when its entry lapses,
+#: epoch seconds on the shared clock): a worker process reads it when it subscribes to
+#: :data:`CANCELS`, and refuses to start a call it lists.
+CANCELLED = PREFIX + "cancelled"
+
+
+#: The channel a cancel is published on (the call id): every worker process listens.
+CANCELS = PREFIX + "cancels"
+
+
+def fence(call_id: str) -> str:
+    """Which copy of a call sent again may start: the generation of the latest copy the
+    client's watchdog sent, or ``x`` once the client gave the call up (no copy may).
+
+    Only copies sent again (``wire.message.sent_again``) read it, before they start
+    (``wire.scripts`` ``START``). TTL: :func:`call_ttl_ms` ``"fence"``.
+    """
+    return f"{PREFIX}fence:{call_id}"
 
 
 def stats(bucket: str) -> str:
@@ -132,7 +192,7 @@ DEADLETTER_PAYLOAD_BYTES = 65_536
 
 
 #: The keys of one call whose TTL :func:`call_ttl_ms` gives.
-CallKey = Literal["claim", "sent", "running", "deliveries"]
+CallKey = Literal["claim", "sent", "running", "deliveries", "fence"]
 
 
 def call_ttl_ms(
@@ -160,15 +220,18 @@ def call_ttl_ms(
       the stored outcome that replaces it is kept.
     * ``"deliveries"``: the count of a call's lost deliveries (:func:`deliveries`):
       the claim's, and at least a second.
+    * ``"fence"``: which of a call's copies may start (:func:`fence`): the claim's
+      (without a deadline, ``TOOLEXEC_REPLY_TTL``, as the sent marker), and at least a
+      second.
     """
     if deadline is None:
-        window = float(settings.reply_ttl if key == "sent" else settings.outcome_ttl)
+        window = float(settings.reply_ttl if key in ("sent", "fence") else settings.outcome_ttl)
     else:
         window = max(0.0, deadline - (shared_now() if now is None else now))
     ttl = int((window + (hard_timeout or 0.0) + settings.claim_margin) * 1000)
     if key == "running":
         return max(1, min(ttl, settings.outcome_ttl * 1000))
-    if key == "deliveries":
+    if key in ("deliveries", "fence"):
         return max(ttl, 1000)
     return ttl
 
@@ -180,7 +243,7 @@ def restored(delivery_tag: str, queue: str) -> str:
 
     ``delivery_tag`` names the message: kombu's delivery tag for a message delivered
     but not started, the SHA-256 of the item for one a batched read took but never
-    delivered (:mod:`executor.transport`)."""
+    delivered (:mod:`executor.seams.put_back`)."""
     return f"{PREFIX}restored:{delivery_tag}:{queue}"
 
 

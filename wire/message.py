@@ -8,6 +8,7 @@ The client writes the message straight onto the queue's Redis list, exactly as
 
 A call's arguments are encoded to JSON once (:func:`encode_arguments`); that text is
 measured against the size limit and spliced into the message body as it is.
+A copy of the message sent again is spelled in :mod:`wire.copies`.
 """
 
 from __future__ import annotations
@@ -152,3 +153,4 @@ def redis_envelope(
             "properties": properties,
         },
     ).decode()
+

@@ -10,20 +10,26 @@ never as pickled exceptions.
 from __future__ import annotations
 
 import enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, Strict
 
 __all__ = [
     "TASK_AT_LEAST_ONCE",
     "TASK_AT_MOST_ONCE",
     "CallOutcome",
+    "MAX_KEY_LENGTH",
+    "MAX_RETRY_PAUSE",
+    "MAX_TIMEOUT",
     "CallRequest",
+    "Deadline",
     "Delivery",
     "ErrorInfo",
     "ErrorKind",
+    "Key",
     "ToolSpec",
     "WorkerInfo",
+    "retry_pause_bound",
     "should_store",
     "task_name_for",
 ]
@@ -57,6 +63,42 @@ class ToolSpec(_Wire):
     hard_timeout: float | None = None
     delivery: Delivery = "at_most_once"
     cache_errors: bool = False
+    #: A person approves each call before it runs (each framework adapter asks in its
+    #: own way). False for a spec a worker of an older version published.
+    requires_approval: bool = False
+    #: What the client does when a caller stops waiting (its deadline, its task
+    #: cancelled): ``leave`` the call to run on, or ``cancel`` it.
+    on_abandon: Literal["leave", "cancel"] = "leave"
+    #: Seconds a cancelled call's tool has to unwind before its worker stops waiting for it.
+    cancel_grace: float = 1.0
+    #: Attempts a worker makes after the first when the tool raises an exception it retries
+    #: (``@tool(retries=...)``); 0 for a spec a worker of an older version published.
+    retries: int = 0
+    #: Seconds of the pause before the first retry; each pause after doubles, up to
+    #: :func:`retry_pause_bound`'s cap.
+    retry_backoff: float = 0.0
+
+    def longest_run(self) -> float | None:
+        """The longest a worker may run one call: every attempt to its hard limit, and the
+        longest pause between each two; None without a hard limit (Celery's own limit,
+        ``wire.message.CELERY_LIMIT_MARGIN`` above this, reclaims a stuck pool process)."""
+        if self.hard_timeout is None:
+            return None
+        pauses = sum(retry_pause_bound(k, self.retry_backoff) for k in range(1, self.retries + 1))
+        return self.hard_timeout * (self.retries + 1) + pauses
+
+
+#: The longest pause between two attempts of a call, unless the tool's ``retry_backoff``
+#: itself is longer.
+MAX_RETRY_PAUSE = 600.0
+
+
+def retry_pause_bound(attempt: int, backoff: float) -> float:
+    """The longest pause after failed attempt ``attempt`` (1 for the first) of a tool whose
+    ``retry_backoff`` is ``backoff``: ``backoff * 2 ** (attempt - 1)``, capped at
+    :data:`MAX_RETRY_PAUSE` (or at ``backoff``, if longer). A worker's pause is jittered
+    below it (:mod:`executor.retries`)."""
+    return min(backoff * 2.0 ** (attempt - 1), max(MAX_RETRY_PAUSE, backoff))
 
 
 class WorkerInfo(_Wire):
@@ -75,6 +117,23 @@ class WorkerInfo(_Wire):
     running: int = 0
     #: When the last beat was written, in epoch seconds on Redis' clock (wire.clock).
     beat_at: float = 0.0
+    #: Cancelled calls whose sync tool ignored the cancel and runs on past its grace (a
+    #: thread cannot be stopped: the threads, solo and asyncio pools); their callers know.
+    ignoring_cancel: int = 0
+
+
+#: The longest timeout (and hard limit) in seconds: 366 days. Longer ones are refused
+#: where they are given, naming this bound; a call that needs no deadline has ``None``.
+MAX_TIMEOUT = 366 * 24 * 3600.0
+
+#: The longest run id or idempotency key, in characters.
+MAX_KEY_LENGTH = 1024
+#: A run id or idempotency key on the wire: a string of 1 to :data:`MAX_KEY_LENGTH` characters.
+Key = Annotated[str, Strict(), Field(min_length=1, max_length=MAX_KEY_LENGTH)]
+
+#: A deadline on the wire: a finite number of epoch seconds (not a bool, a string, NaN
+#: or infinity, which a raw message could carry and no clock can compare).
+Deadline = Annotated[float, Strict(), Field(allow_inf_nan=False)]
 
 
 class CallRequest(_Wire):
@@ -88,15 +147,21 @@ class CallRequest(_Wire):
         deadline: Epoch seconds after which nobody waits; ``None`` for no deadline.
         run_id: The agent run the call belongs to, if any.
         idempotency_key: Set for idempotent tools; the worker stores the outcome under it.
+        caller_beats: The caller keeps ``wire.keys.caller(reply_to)`` alive while it
+            waits: a worker sheds the call, unrun, once that key is gone.
+        handle: A submitted call (``RemoteTool.submit``): its state and outcome are kept
+            under ``wire.keys.handle(call_id)``, for any process to attach to.
     """
 
     call_id: str
     tool: str
     arguments: dict[str, Any] = Field(default_factory=dict)
     reply_to: str = ""
-    deadline: float | None = None
-    run_id: str | None = None
-    idempotency_key: str | None = None
+    deadline: Deadline | None = None
+    run_id: Key | None = None
+    idempotency_key: Key | None = None
+    caller_beats: bool = False
+    handle: bool = False
 
 
 class ErrorKind(str, enum.Enum):
@@ -114,6 +179,10 @@ class ErrorKind(str, enum.Enum):
     HARD_TIMEOUT = "hard_timeout"
     #: The worker process running the call died.
     WORKER_LOST = "worker_lost"
+    #: The call was cancelled (``CallHandle.cancel()``, ``toolexec cancel``, or its caller
+    #: stopped waiting for a tool with ``on_abandon="cancel"``): it never started, or was
+    #: stopped.
+    CANCELLED = "cancelled"
 
 
 class ErrorInfo(_Wire):
@@ -122,6 +191,9 @@ class ErrorInfo(_Wire):
     kind: ErrorKind
     type: str
     message: str
+    #: How many times the worker ran the tool for this outcome (``@tool(retries=...)``);
+    #: 1 for an outcome a worker of an older version sent.
+    attempts: int = 1
 
 
 class CallOutcome(_Wire):

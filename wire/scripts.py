@@ -31,13 +31,14 @@ stores the outcome hands back whether anyone joined: only then does the worker r
   runs the call again.
 * **deliver** (worker): push a stored outcome to every waiter and drop the list; run
   after a pipelined complete found the waiter flag.
-* **push once** (agent): push a plain call's message unless it was pushed before, so a
-  re-send after an unknown outcome cannot queue it twice.
 * **release** (both): delete a key only if it still holds a given value (a dead call's
   claim, a dead child's heartbeat record).
 * **release holder** (worker): let go of a key's state a dead holder left: dropped,
   or, when callers joined, kept as ``wait:`` with nobody holding it, so the delivery
   that runs it next still tells them.
+
+The scripts that send, put back and fence a call's copies are in :mod:`wire.copies`;
+they are :class:`LuaScript` too.
 
 **Loaded and retried one way.** Scripts run by SHA (``EVALSHA``): a run sends the
 SHA, not the source. After a Redis restart (or ``SCRIPT FLUSH``) the server has
@@ -45,7 +46,7 @@ forgotten them and answers ``NOSCRIPT`` without running anything; the script is 
 loaded (``SCRIPT LOAD``) and the run sent once more, on the same connection. No
 ``SCRIPT EXISTS`` round trip is ever made up front. The worker's redis-py client runs
 a script with :meth:`LuaScript.run`, which does this for its one command. The agent's
-I/O link (:class:`agent_client.io.Link`) sends pipelines of raw commands: each run is
+I/O link (:class:`agent_client._io.link.Link`) sends pipelines of raw commands: each run is
 spelled by :meth:`LuaScript.command`, and when entries of a pipeline fail as
 ``NOSCRIPT`` the link sends :func:`reloading` (a load of every script they ran, then
 those entries again) and takes their replies from it. A second ``NOSCRIPT`` is the
@@ -69,12 +70,12 @@ __all__ = [
     "BEGIN",
     "CLAIM",
     "COMPLETE",
-    "PUSH_ONCE",
     "DELIVER",
     "RELEASE",
     "RELEASE_HOLDER",
+    "LPUSH_ALL",
+    "PUSH_FRAMES",
     "BeginState",
-    "ClaimState",
     "LuaScript",
     "is_noscript",
     "pair",
@@ -83,7 +84,6 @@ __all__ = [
 ]
 
 Arg = str | int | float | bytes
-ClaimState = Literal["claimed", "stored", "joined"]
 BeginState = Literal["run", "stored", "busy"]
 
 
@@ -184,7 +184,8 @@ end
 
 # Push ``outcome`` to every entry of the Lua table ``waiters``. A waiter entry is
 # '<client id> <call id>'; the frame pushed is '<call id>\n<outcome>'.
-_PUSH_FRAMES = """
+# (A fragment of wire.handles' end script too.)
+PUSH_FRAMES = """
 local function push_frames(waiters, outcome, prefix, reply_ttl)
   local pushed = 0
   for _, w in ipairs(waiters) do
@@ -202,7 +203,8 @@ end
 
 # Push the Lua table ``list`` onto ``queue`` in one LPUSH (one per 1,000 messages, a
 # bound on unpack's arguments): the list ends as one LPUSH per message would leave it.
-_LPUSH_ALL = """
+# (A fragment of the claim script here and of the push-once script in wire.copies.)
+LPUSH_ALL = """
 local function lpush_all(queue, list)
   for i = 1, #list, 1000 do
     redis.call('LPUSH', queue, unpack(list, i, math.min(i + 999, #list)))
@@ -212,7 +214,7 @@ end
 
 # Messages to push, by queue, in the order the queues came (lpush_all per queue).
 _PUSHES = (
-    _LPUSH_ALL
+    LPUSH_ALL
     + """
 local queues, messages = {}, {}
 local function push_later(queue, message)
@@ -298,7 +300,7 @@ return {'busy', current}
 COMPLETE = LuaScript(
     "complete",
     _STATE
-    + _PUSH_FRAMES
+    + PUSH_FRAMES
     + """
 local v = redis.call('GET', KEYS[1])
 if not (v and marked(v, DONE)) then
@@ -320,7 +322,7 @@ return pushed
 # Returns the number of frames pushed.
 DELIVER = LuaScript(
     "deliver",
-    _PUSH_FRAMES
+    PUSH_FRAMES
     + """
 local waiters = redis.call('LRANGE', KEYS[1], 0, -1)
 if #waiters == 0 then return 0 end
@@ -354,27 +356,5 @@ if v == WAIT .. ARGV[1] then
   return 1
 end
 return 0
-""",
-)
-
-# KEYS: the queue's list, then one sent marker per call.
-# ARGV: per call, its marker's TTL in ms and its message.
-# Returns, per call, 1 if it pushed the message, 0 if the call had been pushed before.
-# The messages pushed go in one LPUSH.
-PUSH_ONCE = LuaScript(
-    "push_once",
-    _LPUSH_ALL
-    + """
-local pushed, messages = {}, {}
-for i = 2, #KEYS do
-  if redis.call('SET', KEYS[i], '1', 'NX', 'PX', ARGV[2 * i - 3]) then
-    messages[#messages + 1] = ARGV[2 * i - 2]
-    pushed[i - 1] = 1
-  else
-    pushed[i - 1] = 0
-  end
-end
-lpush_all(KEYS[1], messages)
-return pushed
 """,
 )

@@ -15,6 +15,9 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from wire.errors import ConfigurationError
+from wire.models import MAX_TIMEOUT
+from wire.signing import MAKE_KEY, MIN_KEY_CHARS
+from wire.urls import AMQP_SCHEMES, BROKER_SCHEMES, REDIS_SCHEMES, is_redis_url
 
 __all__ = ["ENVIRONMENT_VARIABLES", "Settings", "set_environment_variable"]
 
@@ -57,6 +60,8 @@ class Settings(BaseModel):
         heartbeat_interval: A dead worker leaves the catalog within this many seconds.
         reply_ttl: Seconds an undelivered reply is kept for its client.
         outcome_ttl: Seconds a stored idempotent outcome is kept.
+        handle_ttl: Seconds a submitted call's state and outcome are kept for any process
+            to attach to (``agent_client.attach``), counted from its last change.
         claim_margin: Seconds added to a claim's TTL beyond the deadline and hard limit.
         visibility_timeout: Seconds before Redis redelivers an unacknowledged message;
             must exceed every tool's hard limit. Only used with ``ack_emulation``.
@@ -76,7 +81,7 @@ class Settings(BaseModel):
             or container.
         log_format: How a worker writes its log records: ``text`` (Celery's format,
             the default) or ``json`` (one object a line, with the call id, run id and
-            tool of the call a record is about, :mod:`executor.logformat`).
+            tool of the call a record is about, :mod:`executor.tracing`).
         signing_key: Shared secret of message signing (:mod:`wire.signing`): clients
             sign every call with it and workers refuse calls it does not sign; None
             (the default) signs nothing and checks nothing.
@@ -84,6 +89,11 @@ class Settings(BaseModel):
             names none (Celery's ``worker_pool`` setting): ``prefork``, ``threads``,
             ``solo`` or ``asyncio`` (toolexec's asyncio pool); None (the default)
             leaves Celery's default, prefork.
+        task_events: When a worker sends Celery's task events (what Flower and ``celery
+            events`` show): ``auto`` (the default) sends none until a monitor asks for
+            them (Celery's ``enable_events`` control command, which Flower broadcasts
+            every 5 seconds), ``on`` sends them from the start (Celery's ``-E``),
+            ``off`` never (the worker refuses ``enable_events``, and ``-E`` too).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -91,10 +101,11 @@ class Settings(BaseModel):
     broker_url: str = "redis://localhost:6379/0"
     redis_url: str = ""
     tool_modules: tuple[str, ...] = ("tasks",)
-    default_timeout: float | None = Field(default=60.0, gt=0, allow_inf_nan=False)
+    default_timeout: float | None = Field(default=60.0, gt=0, le=MAX_TIMEOUT, allow_inf_nan=False)
     heartbeat_interval: float = Field(default=3.0, gt=0, allow_inf_nan=False)
     reply_ttl: int = Field(default=600, gt=0)
     outcome_ttl: int = Field(default=86_400, gt=0)
+    handle_ttl: int = Field(default=86_400, gt=0)
     claim_margin: float = Field(default=30.0, ge=0, allow_inf_nan=False)
     visibility_timeout: int = Field(default=3600, gt=0)
     ack_emulation: bool = False
@@ -107,21 +118,31 @@ class Settings(BaseModel):
     log_format: Literal["text", "json"] = "text"
     signing_key: SecretStr | None = None
     worker_pool: Literal["prefork", "threads", "solo", "asyncio"] | None = None
+    task_events: Literal["auto", "on", "off"] = "auto"
+
+    @field_validator("broker_url")
+    @classmethod
+    def _broker_url_is_redis_or_rabbitmq(cls, value: str) -> str:
+        if not value.startswith(BROKER_SCHEMES):
+            raise ValueError(
+                f"must be a Redis ({', '.join(REDIS_SCHEMES)}) or RabbitMQ ({', '.join(AMQP_SCHEMES)}) "
+                "URL: toolexec's client publishes to no other broker"
+            )
+        return value
 
     @field_validator("redis_url")
     @classmethod
     def _redis_url_is_redis(cls, value: str) -> str:
-        if value and not value.startswith(("redis://", "rediss://", "unix://")):
+        if value and not is_redis_url(value):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
         return value
 
     @field_validator("signing_key")
     @classmethod
     def _signing_key_is_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
-        if value is not None and len(value.get_secret_value()) < 16:
+        if value is not None and len(value.get_secret_value()) < MIN_KEY_CHARS:
             raise ValueError(
-                "must be at least 16 characters "
-                "(make one: python -c 'import secrets; print(secrets.token_hex(32))')"
+                f"must be at least {MIN_KEY_CHARS} characters (make one: {MAKE_KEY})"
             )
         return value
 
@@ -132,7 +153,7 @@ class Settings(BaseModel):
 
     def model_post_init(self, context: Any, /) -> None:
         if not self.redis_url:
-            if not self.broker_url.startswith(("redis://", "rediss://", "unix://")):
+            if not is_redis_url(self.broker_url):
                 raise ValueError(
                     "TOOLEXEC_REDIS_URL is required when TOOLEXEC_BROKER_URL is not Redis "
                     f"(broker is {self.broker_url.split('://')[0]}://...)"
@@ -178,7 +199,7 @@ class Settings(BaseModel):
                 if field in ("broker_url", "redis_url") and isinstance(given, str):
                     given = _without_password(given)
                 shown = "a secret" if field == "signing_key" else repr(given)
-                problems.append(f"{name}: {error['msg']} (got {shown})")
+                problems.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')} (got {shown})")
             raise ConfigurationError("invalid toolexec settings: " + "; ".join(problems)) from None
 
 
@@ -191,6 +212,7 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "heartbeat_interval": "TOOLEXEC_HEARTBEAT_INTERVAL",
     "reply_ttl": "TOOLEXEC_REPLY_TTL",
     "outcome_ttl": "TOOLEXEC_OUTCOME_TTL",
+    "handle_ttl": "TOOLEXEC_HANDLE_TTL",
     "claim_margin": "TOOLEXEC_CLAIM_MARGIN",
     "visibility_timeout": "TOOLEXEC_VISIBILITY_TIMEOUT",
     "ack_emulation": "TOOLEXEC_ACK_EMULATION",
@@ -203,4 +225,5 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "log_format": "TOOLEXEC_LOG_FORMAT",
     "signing_key": "TOOLEXEC_SIGNING_KEY",
     "worker_pool": "TOOLEXEC_WORKER_POOL",
+    "task_events": "TOOLEXEC_TASK_EVENTS",
 }

@@ -36,6 +36,7 @@ from typing import Any, Literal
 from wire.message import ArgumentsNotJSON, encode_arguments
 
 __all__ = [
+    "MAKE_KEY",
     "MIN_KEY_CHARS",
     "SIGNATURE_HEADER",
     "SIGNED_HEADERS",
@@ -49,6 +50,8 @@ __all__ = [
 SIGNATURE_HEADER = "toolexec_signature"
 #: The shortest key accepted: 16 characters (``secrets.token_hex(32)`` gives 64).
 MIN_KEY_CHARS = 16
+#: A command that prints a good key, for messages that ask for one.
+MAKE_KEY = "python -c 'import secrets; print(secrets.token_hex(32))'"
 #: Why a worker refused a message: no signature, or one that does not match.
 SignatureProblem = Literal["unsigned", "signature_mismatch"]
 

@@ -16,6 +16,15 @@ One rule for the run id, in every adapter, the first that applies:
 3. the framework's own run (a LazyBridge ``agent(...)``, locus's
    ``ToolContext.run_id``, pydantic-ai's ``RunContext.run_id``, the openai-agents
    trace, a LangGraph invocation, an MCP session).
+
+One rule for cancellation, in every adapter: a framework's cancel of a run or of one
+tool call (the cancel of the task awaiting the tool, pydantic-ai's ``RunCancelled``,
+MCP's ``notifications/cancelled``...) reaches ``RemoteTool.invoke`` as the
+``asyncio.CancelledError`` it is, never caught or turned into a result: the caller
+abandons the call, so a tool declared ``@tool(on_abandon="cancel")`` is stopped on its
+worker, and one that leaves it (the default) runs on. A call cancelled by someone else
+(``toolexec cancel``, ``CallHandle.cancel()``) is a failure the model should not retry,
+worded by :func:`cancelled_text`.
 """
 
 from __future__ import annotations
@@ -23,8 +32,12 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping as _Mapping
 from types import ModuleType as _ModuleType
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
-__all__ = ["MissingExtra", "RUN_ID_FIELDS", "carried_run_id", "require"]
+if _TYPE_CHECKING:
+    from agent_client.errors import ToolCancelled
+
+__all__ = ["MissingExtra", "RUN_ID_FIELDS", "carried_run_id", "cancelled_text", "require"]
 
 #: The names under which a run's context object may carry the toolexec run, first wins.
 RUN_ID_FIELDS = ("toolexec_run_id", "run_id")
@@ -56,3 +69,8 @@ def carried_run_id(carrier: object) -> str | None:
         if value is not None and value != "":
             return str(value)
     return None
+
+
+def cancelled_text(error: ToolCancelled) -> str:
+    """What a model is told of a call someone else cancelled: stopped on purpose, not to retry."""
+    return f"{error}: it was stopped on purpose, so do not call it again unless you are asked to"

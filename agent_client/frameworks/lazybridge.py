@@ -34,9 +34,42 @@ shown ``[TOOL_TIMEOUT] Tool 'name' timed out after 0.5s``; any other remote fail
 a ``TimeoutError`` the tool raised itself included, is shown as ``Tool error: ...``
 with the remote type in the text. Either way the run goes on.
 
-(d) Progress a remote tool reports goes into the agent's ``Session`` as
-``"tool_progress"`` events beside LazyBridge's own ``tool_call``/``tool_result``
-(:mod:`agent_client.frameworks.lazybridge_events`).
+(d) Progress. When an ``Agent`` has a ``Session`` (``Agent(session=Session(...))``,
+inherited by its sub-agents), each report a remote tool makes
+(``executor.report_progress`` on the worker) is emitted into it with ``Session.emit``
+as one :data:`TOOL_PROGRESS` event, between the call's ``tool_call`` and its
+``tool_result``, under the same LazyBridge run id and with the same ``agent_name``,
+``tool`` and ``tool_use_id``, so exporters (``ConsoleExporter``, ``JsonFileExporter``,
+``CallbackExporter``...) and ``session.events.query(event_type=TOOL_PROGRESS)`` show it
+beside the call. Its payload adds ``done``, ``total`` and ``message``; the session's
+redaction applies as to any event. Without a session nothing is emitted and no
+progress is asked for. LazyBridge has no event type for progress, so
+:data:`TOOL_PROGRESS` is a name of ours (``"tool_progress"``, beside its
+``"tool_call"``); its ``"hybrid"`` back-pressure treats it as a droppable event, like
+``loop_step``. Only the engine knows the run id and the call's id: LazyBridge hands them
+to ``LLMEngine._exec_tool``, a private method, which this module wraps once per process
+to remember them for the call (pinned by
+``tests/integration/frameworks/test_lazybridge_progress.py``). A tool run by another
+engine (a ``Plan`` step calling a tool directly) reports no progress.
+
+(e) Approval, as LazyBridge asks for it: the engine's ``ApprovalGate``
+(``LLMEngine(..., approval_gate=gate)``), which LazyBridge asks before every tool call
+of the engine, so an approved call is sent once and a denied one never is (the model
+reads ``Tool error: <the gate's message>``). A tool that requires approval
+(``@tool(requires_approval=True)``, or the proxy's override) run by an engine with no
+gate is refused the same way, as LazyBridge refuses what no gate allowed: nothing is
+sent, and the model reads ``Tool error: tool 'x' requires approval ...``. To ask a
+person about some tools only, give the gate rules, e.g. LazyBridge's ``TieredGate``
+(``Rule("ask", "book_flight"), Rule("allow", "*")``). The engine is learnt from the
+same wrapped ``LLMEngine._exec_tool`` as (d).
+
+(f) Cancellation. LazyBridge cancels a tool's coroutine when the task awaiting
+``agent.run`` is cancelled, when ``Agent(timeout=)`` passes (the run returns an error
+envelope), when its tool bound passes first (``Agent(tool_timeout=)``), and when a
+``stream`` consumer stops reading. The ``CancelledError`` reaches ``invoke`` untouched,
+so the caller abandons the call: a tool declared ``@tool(on_abandon="cancel")`` is
+stopped on its worker (the real stop LazyBridge's docs send you to a subprocess for),
+one that leaves it (the default) runs on.
 
 The private behaviour relied on (``Tool._dispatch``'s limit; ``Agent.__call__``,
 ``ParallelAgent.run`` and ``__call__`` reaching the wrapped methods; tools running in
@@ -53,23 +86,37 @@ import functools
 import json
 from collections.abc import AsyncGenerator, Callable, Coroutine
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from agent_client.frameworks import require
 
 lazybridge = require("lazybridge", extra="lazybridge", framework="LazyBridge")
 
-from lazybridge import Agent, ParallelAgent, Plan, Tool
+from lazybridge import Agent, LLMEngine, ParallelAgent, Plan, Session, Tool
+from lazybridge.session import EventType
 
 from agent_client.deadline import NOT_SET, Timeout
 from agent_client.errors import ToolTimeoutError
-from agent_client.frameworks.lazybridge_events import session_progress
-from agent_client.scope import current_run_id, run_scope
+from agent_client.progress import ProgressCallback, ProgressEvent
+from agent_client.runs import current_run_id, run_scope
 
 if TYPE_CHECKING:
     from agent_client.remote import RemoteTool
 
-__all__ = ["NO_LIMIT", "SCOPED_RUNS", "lazybridge_limit", "lazybridge_tool", "scope_agent_runs"]
+__all__ = [
+    # Tools
+    "lazybridge_tool",
+    "lazybridge_limit",
+    "NO_LIMIT",
+    # Runs
+    "SCOPED_RUNS",
+    "scope_agent_runs",
+    # Progress
+    "TOOL_PROGRESS",
+    "record_tool_calls",
+    "session_progress",
+]
 
 #: The limit LazyBridge is enforcing on the current tool call (its ``_dispatch`` arg).
 _framework_limit: ContextVar[Timeout] = ContextVar("toolexec_lazybridge_limit", default=NOT_SET)
@@ -93,6 +140,8 @@ def lazybridge_tool(remote: RemoteTool) -> Tool:
     """Build the ``lazybridge.Tool`` that runs ``remote`` on a worker."""
 
     async def call(**arguments: Any) -> str:
+        if remote.requires_approval:
+            _refuse_unless_gated(remote.name)
         try:
             result = await remote.invoke(
                 arguments,
@@ -116,6 +165,20 @@ def lazybridge_tool(remote: RemoteTool) -> Tool:
         timeout=lazybridge_limit(remote),
     )
     return tool
+
+
+def _refuse_unless_gated(tool: str) -> None:
+    """Refuse a call of ``tool``, which requires approval, that no approval gate was asked about.
+
+    Raises:
+        PermissionError: What LazyBridge raises for a call its gate did not allow.
+    """
+    call = _current.get()
+    if call is None or not call.gated:
+        raise PermissionError(
+            f"tool {tool!r} requires approval, and no approval gate was asked: give the agent's "
+            "engine one, LLMEngine(..., approval_gate=...); nothing was sent"
+        )
 
 
 #: What "no deadline" is told to LazyBridge: a year.
@@ -203,4 +266,90 @@ def scope_agent_runs() -> None:
         Agent.stream = _scoped_stream(Agent.stream)  # type: ignore[method-assign]
 
 
+# -- progress as session events ---------------------------------------------------------
+
+#: The ``event_type`` of a remote tool's progress in a LazyBridge Session.
+TOOL_PROGRESS = "tool_progress"
+
+#: Set on the engine's wrapper, so wrapping twice (a reload) is a no-op.
+_RECORDING = "__toolexec_records_tool_calls__"
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolCall:
+    """What LazyBridge's own events of one tool call carry, and whether a gate approved it."""
+
+    session: Session | None
+    run_id: str
+    agent_name: str
+    tool_use_id: str
+    gated: bool
+
+
+#: The LazyBridge tool call running in this context (an ``LLMEngine``'s).
+_current: ContextVar[_ToolCall | None] = ContextVar("toolexec_lazybridge_tool_call", default=None)
+
+
+def session_progress(tool: str) -> ProgressCallback | None:
+    """The ``on_progress`` that emits ``tool``'s reports into this call's session, or None.
+
+    None outside a LazyBridge tool call, or when its agent has no session.
+    """
+    call = _current.get()
+    if call is None or call.session is None:
+        return None
+    session = call.session
+
+    def emit(event: ProgressEvent) -> None:
+        payload = {
+            "agent_name": call.agent_name,
+            "tool": tool,
+            "tool_use_id": call.tool_use_id,
+            "done": event.done,
+            "total": event.total,
+            "message": event.message,
+        }
+        session.emit(cast(EventType, TOOL_PROGRESS), payload, run_id=call.run_id)
+
+    return emit
+
+
+_ExecTool = Callable[..., Coroutine[Any, Any, Any]]
+
+
+def _recording(exec_tool: _ExecTool) -> _ExecTool:
+    @functools.wraps(exec_tool)
+    async def recording(
+        self: LLMEngine,
+        tc: Any,
+        tool_map: Any,
+        *,
+        agent_name: str,
+        session: Session | None,
+        run_id: str,
+        **options: Any,
+    ) -> Any:
+        # The tool runs in this context (or a task copied from it), so it sees the call;
+        # LazyBridge asks the engine's gate, if it has one, before it runs any tool.
+        gated = getattr(self, "approval_gate", None) is not None
+        call = _ToolCall(session, run_id, agent_name, str(tc.id), gated)
+        token = _current.set(call)
+        try:
+            return await exec_tool(
+                self, tc, tool_map, agent_name=agent_name, session=session, run_id=run_id, **options
+            )
+        finally:
+            _current.reset(token)
+
+    setattr(recording, _RECORDING, True)
+    return recording
+
+
+def record_tool_calls() -> None:
+    """Remember each ``LLMEngine`` tool call's session, run, id and gate (idempotent; done on import)."""
+    if not getattr(LLMEngine._exec_tool, _RECORDING, False):
+        LLMEngine._exec_tool = _recording(LLMEngine._exec_tool)  # type: ignore[method-assign]
+
+
 scope_agent_runs()
+record_tool_calls()

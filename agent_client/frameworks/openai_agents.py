@@ -24,11 +24,19 @@ settings). Set ``tool.timeout_seconds = 4`` and 4 s is the framework level, pass
 bounds even a larger proxy timeout.
 
 (c) Errors. A raising ``on_invoke_tool`` fails the run and what it returns is shown to
-the model, so every :class:`RemoteToolError` is returned as text and the run goes on:
-``[INVALID_ARGUMENTS] invalid arguments for tool 'book_flight': flight_id: ...`` (also
-for arguments that are not a JSON object), ``[TOOL_TIMEOUT] Tool 'slow_report' timed
-out after 0.5s`` (the SDK's own timeout is worded the same), ``[TOOL_ERROR] tool
-'search' failed: ValueError: ...``. Any other exception is a bug and fails the run.
+the model, so every :class:`RemoteToolError` but a timeout is returned as text and the
+run goes on: ``[INVALID_ARGUMENTS] invalid arguments for tool 'book_flight': flight_id:
+...`` (also for arguments that are not a JSON object), ``[TOOL_ERROR] tool 'search'
+failed: ValueError: ...``, and a call someone else cancelled (``toolexec cancel``,
+``CallHandle.cancel()``) as ``[TOOL_CANCELLED] the call to 'x' was cancelled: it was
+stopped on purpose, so do not call it again unless you are asked to``. Any other
+exception is a bug and fails the run. A timeout,
+toolexec's or the SDK's own (``timeout_seconds``), is handled as the SDK handles its
+own tools' timeouts: with ``tool.timeout_behavior = "raise_exception"`` the run fails
+with the SDK's ``ToolTimeoutError``; otherwise the model is shown what
+``tool.timeout_error_function(ctx, error)`` returns (toolexec sets one that words it
+``[TOOL_TIMEOUT] Tool 'slow_report' timed out after 0.5s``; set your own, or None for
+the SDK's default text).
 
 (d) Strict schemas make every property required. The tool is strict only when that is
 lossless: optional parameters are made nullable and a null sent for one is dropped
@@ -38,12 +46,36 @@ there it is kept, and the model sends the default to mean it. A parameter with n
 default to send, a nested optional property without one, or a schema
 ``ensure_strict_json_schema`` refuses gives a non-strict tool with the catalog's schema.
 
+(e) Approval: a tool that requires approval (``@tool(requires_approval=True)``, or the
+proxy's override) is a ``FunctionTool(needs_approval=True)``: the run stops with
+``result.interruptions``; ``state = result.to_state()``, ``state.approve(item)`` or
+``state.reject(item)``, then ``Runner.run(agent, state)`` sends each approved call once
+and never a rejected one (the model reads the SDK's rejection text).
+
+(f) Progress. The SDK has no event for a running tool's progress: its stream events
+are model deltas, run items (a call, then its output) and agent changes, and its hooks
+see a tool start and end only. Its tracing is the channel it has, so each report a
+remote tool makes, in a traced run, is a ``toolexec.tool_progress`` custom span
+(``done``, ``total``, ``message``, ``tool``, ``call_id``), a child of the call's
+function span, which trace processors receive. The message is left out when the run
+keeps sensitive data out of its traces (``RunConfig(trace_include_sensitive_data=False)``).
+An untraced run asks for no progress.
+
+(g) Cancellation. The SDK runs each tool call as a task of the run, and cancels it
+when the run is cancelled: the cancel of the task awaiting ``Runner.run``, or a
+streamed run's ``result.cancel()`` (``mode="immediate"``, the default; ``"after_turn"``
+lets the turn's tool calls finish). The ``CancelledError`` reaches ``invoke``
+untouched, so the caller abandons the call: a tool declared
+``@tool(on_abandon="cancel")`` is stopped on its worker, one that leaves it (the
+default) runs on.
+
 Importing this module imports the SDK (the ``toolexec[openai-agents]`` extra).
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import uuid
 import weakref
@@ -53,30 +85,41 @@ from typing import TYPE_CHECKING, Any
 from jsonschema import Draft202012Validator
 
 from agent_client.deadline import NOT_SET
-from agent_client.errors import RemoteToolError, ToolArgumentsInvalid, ToolTimeoutError
-from agent_client.frameworks import carried_run_id, require
-from agent_client.scope import current_run_id
+from agent_client.errors import (
+    RemoteToolError,
+    ToolArgumentsInvalid,
+    ToolCancelled,
+    ToolTimeoutError,
+)
+from agent_client.frameworks import cancelled_text, carried_run_id, require
+from agent_client.progress import ProgressCallback, ProgressEvent
+from agent_client.runs import current_run_id
 
 require("agents", extra="openai-agents", framework="openai-agents")
 
 from agents import FunctionTool, RunContextWrapper, UserError
 from agents.exceptions import ToolTimeoutError as SDKToolTimeoutError
 from agents.strict_schema import ensure_strict_json_schema
+from agents.tool import default_tool_timeout_error_message
 from agents.tool_context import ToolContext
-from agents.tracing import get_current_trace
+from agents.tracing import custom_span, get_current_span, get_current_trace
+from agents.tracing.spans import NoOpSpan
 from agents.tracing.traces import NoOpTrace
 
 if TYPE_CHECKING:
     from agent_client.remote import RemoteTool
 
-__all__ = ["openai_agents_tool", "run_id_for", "strict_parameters"]
+__all__ = ["TOOL_PROGRESS", "openai_agents_tool", "run_id_for", "strict_parameters"]
+
+#: The name of the custom span each progress report of a traced run becomes.
+TOOL_PROGRESS = "toolexec.tool_progress"
 
 
 def openai_agents_tool(remote: RemoteTool) -> FunctionTool:
     """Build the ``agents.FunctionTool`` that runs ``remote`` on a worker."""
     strict, nulls_mean_default = strict_parameters(remote.parameters)
 
-    async def on_invoke_tool(ctx: ToolContext[Any], raw_arguments: str) -> str:
+    async def on_invoke_tool(ctx: ToolContext[Any], raw_arguments: str) -> Any:
         return await _call(remote, tool, ctx, raw_arguments, nulls_mean_default)
 
     tool = FunctionTool(
@@ -85,6 +128,7 @@ def openai_agents_tool(remote: RemoteTool) -> FunctionTool:
         params_json_schema=strict if strict is not None else copy.deepcopy(remote.parameters),
         on_invoke_tool=on_invoke_tool,
         strict_json_schema=strict is not None,
+        needs_approval=remote.requires_approval,
         timeout_error_function=_sdk_timeout_text,
     )
     return tool
@@ -96,7 +140,7 @@ async def _call(
     ctx: ToolContext[Any],
     raw: str,
     nulls_mean_default: frozenset[str],
-) -> str:
+) -> Any:
     try:
         arguments = json.loads(raw) if raw.strip() else {}
     except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError
@@ -110,14 +154,51 @@ async def _call(
         }
     framework = NOT_SET if tool.timeout_seconds is None else tool.timeout_seconds
     try:
-        result = await remote.invoke(arguments, run_id=run_id_for(ctx), framework_timeout=framework)
+        result = await remote.invoke(
+            arguments,
+            run_id=run_id_for(ctx),
+            framework_timeout=framework,
+            on_progress=_progress_spans(remote.name, ctx),
+        )
     except ToolArgumentsInvalid as exc:
         return f"[INVALID_ARGUMENTS] {exc}"
     except ToolTimeoutError as exc:
-        return _timeout_text(remote.name, exc.timeout)
+        return await _timed_out(tool, ctx, exc.timeout)
+    except ToolCancelled as exc:
+        return f"[TOOL_CANCELLED] {cancelled_text(exc)}"
     except RemoteToolError as exc:
         return f"[TOOL_ERROR] {exc}"
     return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+
+async def _timed_out(tool: FunctionTool, ctx: ToolContext[Any], seconds: float) -> Any:
+    """What toolexec's timeout of ``tool`` becomes, as the SDK treats its own timeouts."""
+    error = SDKToolTimeoutError(tool_name=tool.name, timeout_seconds=seconds)
+    if tool.timeout_behavior == "raise_exception":
+        raise error
+    formatter = tool.timeout_error_function
+    if formatter is None:
+        return default_tool_timeout_error_message(tool_name=tool.name, timeout_seconds=seconds)
+    shown = formatter(ctx, error)
+    return await shown if inspect.isawaitable(shown) else shown
+
+
+def _progress_spans(tool: str, ctx: ToolContext[Any]) -> ProgressCallback | None:
+    """The ``on_progress`` that records each report as a span of this call, or None untraced."""
+    parent = get_current_span()
+    if parent is None or isinstance(parent, NoOpSpan):
+        return None
+    sensitive = ctx.run_config is None or ctx.run_config.trace_include_sensitive_data
+
+    def record(event: ProgressEvent) -> None:
+        data: dict[str, Any] = {"tool": tool, "call_id": ctx.tool_call_id, "done": event.done, "total": event.total}
+        if sensitive:
+            data["message"] = event.message
+        span = custom_span(TOOL_PROGRESS, data, parent=parent)
+        span.start()
+        span.finish()
+
+    return record
 
 
 def _timeout_text(tool: str, seconds: float) -> str:

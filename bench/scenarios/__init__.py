@@ -13,11 +13,13 @@ from bench.scenarios import (
     async_tools,
     deadlines,
     idempotency,
+    peers,
     redis_commands,
     roundtrip,
     scaling,
     shedding,
     signing,
+    task_events,
     threads,
     throughput,
 )
@@ -45,4 +47,6 @@ SCENARIOS: tuple[Scenario, ...] = (
     async_tools,
     redis_commands,
     signing,
+    peers,
+    task_events,
 )

@@ -3,14 +3,20 @@
 One caller, one call at a time, a tool that does nothing: what is left is the cost of
 the path itself. Plain Celery is ``send_task(...).get()`` with a Redis result backend
 on the same broker, pool and concurrency; the floor is an LPUSH of a request and a
-BRPOP of its reply, with a server that does nothing else.
+BRPOP of its reply, with a server that does nothing else. Beside the plain call, a
+submitted one (``tool.submit({}).result_sync()``: the same call with a record another
+process can attach to), and the ratio of their medians. toolexec is also measured on a
+second pool (``Sizes.throughput_pool``: the asyncio pool, ``-c`` as in scenario 2) by a
+worker of its own, the same sync call to the same no-op, its blocks alternated with the
+others; over RabbitMQ (``--broker amqp``) only the shared pool is measured.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
-from bench import raw_celery
+from bench import names, raw_celery
 from bench.harness import Bench
 from bench.report import Figure, Goal, ScenarioResult, Table, count, ms, ratio
 from bench.stats import Latencies, alternate, timed, timed_async
@@ -21,12 +27,30 @@ TITLE = "Sequential no-op round trip"
 _TIMEOUT = 10.0
 _TOOLEXEC = "toolexec (sync)"
 _TOOLEXEC_ASYNC = "toolexec (asyncio)"
+_SUBMITTED = "toolexec submitted (sync)"
 _RAW = "raw Celery send_task().get()"
 _FLOOR = "Redis RPC floor (LPUSH + BRPOP)"
 
 
 def run(bench: Bench) -> ScenarioResult:
     """Alternate blocks of sequential calls of every side; compare their percentiles."""
+    second = bench.sizes.throughput_pool
+    if second == bench.options.pool or bench.options.broker == "amqp":
+        second = None  # over RabbitMQ the run's queues are its own (bench.amqp)
+    with contextlib.ExitStack() as stack:
+        label = None
+        if second is not None:
+            concurrency = bench.sizes.throughput_pool_concurrency
+            stack.enter_context(
+                bench.toolexec_workers(
+                    [(f"roundtrip-{second}", (names.POOL_QUEUE,))], second, concurrency
+                )
+            )
+            label = f"toolexec (sync), {second} -c {concurrency}"
+        return _measure(bench, label)
+
+
+def _measure(bench: Bench, second: str | None) -> ScenarioResult:
     noop = bench.tool("noop")
 
     async def toolexec_async() -> object:
@@ -35,11 +59,17 @@ def run(bench: Bench) -> ScenarioResult:
     blocks: dict[str, Callable[[int], list[float]]] = {
         _TOOLEXEC: lambda n: timed(lambda: noop.invoke_sync({}, timeout=_TIMEOUT), n),
         _TOOLEXEC_ASYNC: lambda n: bench.run(timed_async(toolexec_async, n)),
+        _SUBMITTED: lambda n: timed(
+            lambda: noop.submit({}, timeout=_TIMEOUT).result_sync(timeout=_TIMEOUT), n
+        ),
         _RAW: lambda n: timed(
             lambda: bench.celery.send_task(raw_celery.NOOP).get(timeout=_TIMEOUT), n
         ),
         _FLOOR: lambda n: timed(lambda: bench.rpc.call(timeout=_TIMEOUT), n),
     }
+    if second is not None:
+        other = bench.tool("noop_pool")  # once its worker serves it
+        blocks[second] = lambda n: timed(lambda: other.invoke_sync({}, timeout=_TIMEOUT), n)
     for block in blocks.values():
         block(bench.sizes.warmup)
     n = bench.sizes.roundtrip_calls
@@ -54,6 +84,11 @@ def run(bench: Bench) -> ScenarioResult:
         for name, lat in latencies.items()
     ]
     measured = latencies[_TOOLEXEC].p50 / raw_p50
+    shared = f"{bench.options.pool} -c {bench.options.concurrency}"
+    pool_goals = [(f"toolexec (sync), {shared}", measured)]
+    if second is not None:
+        pool_goals.append((second, latencies[second].p50 / raw_p50))
+    submitted = latencies[_SUBMITTED].p50 / latencies[_TOOLEXEC].p50
     return ScenarioResult(
         number=NUMBER,
         title=TITLE,
@@ -66,10 +101,23 @@ def run(bench: Bench) -> ScenarioResult:
                 measured=ratio(measured),
                 target="≤ 0.40×",  # issue 11's goal
                 met=measured <= 0.4,
-            )
+            ),
+            *(
+                Goal(
+                    name=f"{name} p50 / raw Celery ({shared}) p50",
+                    measured=ratio(value),
+                    target="≤ 0.50×",  # issue 21's goal, on every pool
+                    met=value <= 0.5,
+                )
+                for name, value in pool_goals
+            ),
         ],
         notes=[
-            f"{bench.sizes.rounds} rounds of {n} calls per side, A B C D A B C D ...; {bench.sizes.warmup} warm-up calls each."
+            f"{bench.sizes.rounds} rounds of {n} calls per side, one block of each side in turn; {bench.sizes.warmup} warm-up calls each.",
+            (
+                f"Submitted (sync) p50 / toolexec (sync) p50: {ratio(submitted)} "
+                f"({ms(latencies[_SUBMITTED].p50)} vs {ms(latencies[_TOOLEXEC].p50)} ms)."
+            ),
         ],
         figures=[
             Figure(

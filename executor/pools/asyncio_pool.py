@@ -39,7 +39,7 @@ to the loop (its *inbox*), where a coroutine
    the request active (``worker_state.active_requests``, which the heartbeat reads; the
    holder pid is the worker's own), acknowledges an early-ack task and sends the
    ``task-started`` event (in an I/O thread when it records the holder in Redis first:
-   an at-most-once call on RabbitMQ, :mod:`executor.holding`);
+   an at-most-once call on RabbitMQ, :mod:`executor.claims`);
 3. runs the body as Celery's trace would (:class:`~executor.pools.trace.AsyncTrace`:
    decode, signals, ``await task.run_async(request, offload, ...)``, failures handled
    by Celery's own ``TraceInfo``);
@@ -50,12 +50,16 @@ Every other task takes a slot too, then runs Celery's own trace in the bounded
 executor, as on the threads pool.
 
 **Batching.** Calls arrive together and end together, so the threads hand work to each
-other in batches: while requests keep arriving, the loop takes them from its inbox
-every :data:`INBOX_POLL` seconds instead of being woken for each (a wake-up is a system
-call after which Celery's consumer waits for the GIL); the I/O threads
-(:class:`~executor.pools.offload.IOLanes`) run every step queued meanwhile and settle
-them with one wake-up of the loop, and steps offloaded with ``Offload.batched`` (the
-outcome pushes of plain calls) go to Redis in one pipeline.
+other in batches: while requests keep arriving and more than one call is on the loop,
+the loop takes them from its inbox every :data:`INBOX_POLL` seconds instead of being
+woken for each (a wake-up is a system call after which Celery's consumer waits for the
+GIL). With one call at a time there is nothing to gather: a look that leaves only one
+call on the loop, or a loop whose calls have all ended, stops polling, and the next
+request wakes the loop at once (polling on, each sequential call waited for the next
+look, up to :data:`INBOX_POLL`: a round trip faster than that took about that long).
+The I/O threads (:class:`~executor.pools.offload.IOLanes`) run every step queued
+meanwhile and settle them with one wake-up of the loop, and steps offloaded with
+``Offload.batched`` (the outcome pushes of plain calls) go to Redis in one pipeline.
 
 **Callbacks** run on the loop thread, as the threads pool runs them on its threads;
 Celery hands the acknowledgements they make to its consumer's event loop (the main
@@ -99,7 +103,7 @@ from celery.concurrency.thread import ApplyResult
 from celery.utils.nodenames import gethostname
 from kombu.serialization import prepare_accept_content
 
-from executor.holding import waits_for_hold
+from executor.claims import waits_for_hold
 from executor.pools.offload import IO_THREADS, IOLanes, Offload
 from executor.pools.trace import AsyncTask, AsyncTrace
 
@@ -174,6 +178,7 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
         # takes all that arrived meanwhile (a wake-up writes to the loop's self-pipe).
         self._inbox: collections.deque[_Job] = collections.deque()
         self._wake_pending = False
+        self._poll: asyncio.TimerHandle | None = None  # the next look while polling
         self._closing = False  # from Celery's close(): accept nothing more
         self._accepted: set[asyncio.Task[None]] = set()  # running on the loop
 
@@ -271,14 +276,21 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
         # While requests keep arriving, the loop looks for more every INBOX_POLL seconds
         # and the consumer does not wake it (_wake_pending stays set): a wake-up is a
         # write to the loop's self-pipe, a system call after which Celery's consumer waits
-        # for the GIL. When a look finds nothing, the consumer wakes the loop again.
-        if self._start_jobs():
-            asyncio.get_running_loop().call_later(INBOX_POLL, self._take_inbox)
+        # for the GIL. When a look finds nothing, or leaves a single call on the loop
+        # (one call at a time: nothing to gather, and the next one would wait for the
+        # look), the consumer wakes the loop again.
+        self._poll = None
+        if self._start_jobs() and self._on_loop() > 1:
+            self._poll = asyncio.get_running_loop().call_later(INBOX_POLL, self._take_inbox)
             return
         # Reset first: a request handed over from now on schedules another wake-up; one
         # handed over just before the reset is taken here.
         self._wake_pending = False
         self._start_jobs()
+
+    def _on_loop(self) -> int:
+        """Calls on the loop: accepted, or waiting for a slot."""
+        return len(self._waiting) + len(self._accepted)
 
     def _start_jobs(self) -> int:
         loop = asyncio.get_running_loop()
@@ -293,6 +305,11 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
     def _forget(self, job: asyncio.Task[None]) -> None:
         self._waiting.discard(job)
         self._accepted.discard(job)
+        if self._poll is not None and not self._on_loop():
+            # The last call ended while polling: look now, and let the next request wake
+            # the loop, rather than keep it waiting for the look.
+            self._poll.cancel()
+            self._take_inbox()
 
     async def _run_job(self, job: _Job) -> None:
         async with self._slots:
@@ -320,7 +337,7 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
             if job.accept_callback is not None:
                 accept = functools.partial(_call, job.accept_callback, os.getpid(), time.monotonic())
                 if waits_for_hold(job.accept_callback):
-                    await self._io(accept)  # a Redis write first (executor.holding): off the loop
+                    await self._io(accept)  # a Redis write first (executor.claims.hold): off the loop
                 else:
                     accept()
             assert self._trace is not None  # made by on_start, before the loop runs a job

@@ -7,13 +7,13 @@ one place, so every test compares against the same stock message.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from celery import Celery
 
+from tests.integration.polling import wait_until
 from toolexec import WorkerProcess
 from wire.message import CELERY_EXPIRY_GRACE
 from wire.models import CallRequest
@@ -112,15 +112,3 @@ def differences(client: Any, stock: Any, allowed: Mapping[str, Check], path: str
     if type(client) is not type(stock) or client != stock:
         return [f"{where}: client {client!r} != send_task {stock!r}"]
     return []
-
-
-def wait_until(
-    condition: Callable[[], object], timeout: float = 10.0, interval: float = 0.05
-) -> bool:
-    """Poll ``condition`` until it is true or ``timeout`` seconds pass; its last answer."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return bool(condition())

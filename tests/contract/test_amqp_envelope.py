@@ -1,6 +1,6 @@
 """Over RabbitMQ, the client publishes the message ``app.send_task`` publishes.
 
-The client's AMQP publisher (:mod:`agent_client.amqp`) and stock ``send_task``, on an
+The client's AMQP publisher (:mod:`agent_client._io.amqp_lane`) and stock ``send_task``, on an
 app that declares its queues as the worker's app does, each publish the same call to a
 queue of their own on the machine's RabbitMQ (127.0.0.1:5672; names unique to the
 test, deleted after it). Both messages are fetched raw (``basic.get``) and compared
@@ -21,8 +21,8 @@ from celery import Celery
 from kombu.connection import Connection
 from kombu.entity import Queue
 
-from agent_client.amqp import AmqpChannel, Published, queue_entity
-from executor.celery_app import create_app
+from agent_client._io.amqp_lane import AmqpChannel, Published, queue_entity
+from executor.seams.app import create_app
 from wire.message import CELERY_EXPIRY_GRACE, CELERY_LIMIT_MARGIN
 from wire.models import task_name_for
 from wire.settings import Settings

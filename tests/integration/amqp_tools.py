@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from executor import current_call, tool
-from executor.redis_client import redis_client
+from executor.worker import redis_client
 from wire.settings import Settings
 
 from .broker_support import QUEUE_VARIABLE, queue_names

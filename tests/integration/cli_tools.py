@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from executor import current_call, report_progress, tool
-from executor.redis_client import redis_client
+from executor.worker import redis_client
 from wire.settings import Settings
 
 #: The queue of every tool here but ``cli_idle``.

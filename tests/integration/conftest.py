@@ -21,6 +21,7 @@ import redis
 
 from agent_client import ToolClient, configure
 from toolexec import Pool, RedisServer, WorkerProcess
+from wire import keys
 from wire.settings import Settings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -115,11 +116,35 @@ def worker_factory(settings_env: dict[str, str], tmp_path: Path) -> Iterator[Wor
             cwd=PROJECT_ROOT,
             log_dir=tmp_path / "workers",
         )
-        stack.callback(worker.stop, timeout=10.0)
+        stack.callback(stop_quickly, worker)
         return worker.start(wait=wait, timeout=timeout)
 
     with contextlib.ExitStack() as stack:
         yield start
+
+
+#: Seconds a test's worker has to stop at teardown before it is killed: a warm stop of an
+#: idle worker takes one or two, and what a test left running is of no interest by then.
+TEARDOWN_GRACE = 2.0
+
+
+def stop_quickly(worker: WorkerProcess) -> None:
+    """Stop ``worker`` at a test's end: SIGTERM, SIGKILL after :data:`TEARDOWN_GRACE`.
+
+    A worker killed before it could leave the catalog is taken out of it here, as its warm
+    stop would have, so the next test sees no worker that is not there.
+    """
+    info = worker.info
+    worker.stop(timeout=TEARDOWN_GRACE)
+    if info is None:
+        return
+    with contextlib.suppress(redis.RedisError), redis.Redis.from_url(
+        worker.settings.redis_url, socket_connect_timeout=1, socket_timeout=2
+    ) as client:
+        pipe = client.pipeline(transaction=False)
+        pipe.delete(keys.worker(info.worker_id))
+        pipe.srem(keys.WORKERS, info.worker_id)
+        pipe.execute()
 
 
 # -- probe tools, the session's probe worker and the agent's client -------------------
@@ -207,3 +232,23 @@ def own_store(own_server: RedisServer) -> Iterator[redis.Redis]:
     """The test's own connection to ``own_server`` (for counters and stats)."""
     with redis.Redis.from_url(own_server.url) as connection:
         yield connection
+
+
+# -- a fleet of the deploy tools on a Redis of the test's own (test_deploy_*, test_outage_memory,
+# test_connection_drops, test_lost_processes, test_stalls_and_dead_callers) ------------
+
+
+@pytest.fixture
+def fleet_env(own_server: RedisServer, tmp_path: Path) -> dict[str, str]:
+    """Worker and client settings for ``own_server`` with the deploy tools (deploy_support)."""
+    from tests.integration.deploy_support import deploy_env
+
+    return deploy_env(own_server, tmp_path / "data")
+
+
+@pytest.fixture
+def fleet_client(fleet_env: dict[str, str]) -> Iterator[ToolClient]:
+    """A client of :func:`fleet_env`'s Redis, closed after the test."""
+    client = ToolClient(Settings.from_env(fleet_env))
+    yield client
+    client.close()

@@ -17,7 +17,7 @@ from typing import Any
 import redis
 
 from executor import tool
-from executor.redis_client import redis_client
+from executor.worker import redis_client
 from wire.settings import Settings
 
 #: The queue every tool here is served on.

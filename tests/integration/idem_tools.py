@@ -22,7 +22,7 @@ import redis
 from pydantic import BaseModel
 
 from executor import current_call, tool
-from executor.redis_client import redis_client
+from executor.worker import redis_client
 from tasks import flights
 from wire.settings import Settings
 

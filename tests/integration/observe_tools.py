@@ -16,7 +16,7 @@ from typing import Any
 import redis
 
 from executor import report_progress, tool
-from executor.redis_client import redis_client
+from executor.worker import redis_client
 from wire.settings import Settings
 
 #: The queue of every tool here.

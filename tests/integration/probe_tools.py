@@ -23,7 +23,7 @@ from typing import Any
 import redis
 
 from executor import current_call, tool
-from executor.redis_client import redis_client
+from executor.worker import redis_client
 from wire.settings import Settings
 
 #: Seconds a probe's Redis keys live; long enough for any test, short enough to vanish.

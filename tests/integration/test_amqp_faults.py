@@ -36,8 +36,8 @@ from agent_client import (
     WorkerLost,
     remote_tool,
 )
-from agent_client.amqp import queue_entity
-from agent_client.idempotency import idempotency_key
+from agent_client._io.amqp_lane import queue_entity
+from agent_client.runs import idempotency_key
 from toolexec import Pool, RedisServer, WorkerProcess
 from wire import keys
 from wire.formats import parse_holder_tag

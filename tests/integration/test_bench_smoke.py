@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from bench.amqp import AMQP_SCENARIOS
+from bench.peers.tables import GOAL_LEVELS, ROLE_COLUMNS
 from bench.report import heading
 from bench.scenarios import SCENARIOS
 from bench.scenarios.throughput import USAGE_COLUMNS
@@ -71,19 +72,38 @@ def test_the_smoke_run_prints_a_table_for_every_scenario_draws_its_figures_and_e
     assert "CRASHED" not in output
     # Scenario 2 says where each side's time went: one row per side, a cell per process.
     lines = _squeezed(written)
-    header = next((i for i, line in enumerate(lines) if line == "| " + " | ".join(USAGE_COLUMNS) + " |"), None)
-    assert header is not None, f"no table of where the time went:\n{written[-3000:]}"
-    rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines[header + 2 :]))
+    rows = _table(lines, USAGE_COLUMNS)
+    assert rows is not None, f"no table of where the time went:\n{written[-3000:]}"
     assert len(rows) >= 5, rows  # toolexec, four raw Celery sides (and a second pool)
-    for row in rows:
-        cells = [cell.strip() for cell in row.strip("|").split("|")]
-        assert len(cells) == len(USAGE_COLUMNS) and all("% · " in c for c in cells[1:]), row
+    for cells in rows:
+        assert len(cells) == len(USAGE_COLUMNS) and all("% · " in c for c in cells[1:]), cells
+    # Scenario 11: the peers beside toolexec, raw Celery and the floor, each side's CPU per
+    # call by process role in numbers, and the issue's goals with a verdict each.
+    roles = _table(lines, ROLE_COLUMNS)
+    assert roles is not None, f"no table of CPU per call by process role:\n{written[-3000:]}"
+    sides = {cells[0].split()[0] for cells in roles}
+    assert sides >= {"toolexec", "raw", "Dramatiq", "arq", "taskiq", "Redis"}, sides
+    for cells in roles:
+        assert all(c.isdigit() for c in cells[2:]), cells
+    goal_rows = [line for line in lines if line.startswith("| 11 |")]  # the run's goals table
+    verdicts = [line.rstrip(" |").rpartition(" ")[2] for line in goal_rows]
+    assert len(goal_rows) == 3 * len(GOAL_LEVELS) + 2, goal_rows
+    assert set(verdicts) <= {"PASS", "MISS", "n/a"} and {"PASS", "MISS"} & set(verdicts), goal_rows
     for name in FIGURES:
         png = figures / f"{name}.png"
         assert png.is_file(), f"{png} was not drawn:\n{output[-3000:]}"
         assert png.read_bytes()[:8] == PNG_SIGNATURE
         assert f"{name}.png" in written  # the page shows it
     assert sorted(p.name for p in figures.iterdir()) == sorted(f"{n}.png" for n in FIGURES)
+
+
+def _table(lines: list[str], columns: tuple[str, ...]) -> list[list[str]] | None:
+    """The cells of each row of the (squeezed) markdown table with these columns, or None."""
+    header = next((i for i, line in enumerate(lines) if line == "| " + " | ".join(columns) + " |"), None)
+    if header is None:
+        return None
+    rows = itertools.takewhile(lambda line: line.startswith("|"), lines[header + 2 :])
+    return [[cell.strip() for cell in row.strip("|").split("|")] for row in rows]
 
 
 def _squeezed(text: str) -> list[str]:
@@ -100,7 +120,7 @@ def test_neither_the_benchmark_nor_toolexec_imports_gevent() -> None:
     script = """
 import json, sys
 import agent_client, bench.cli, bench.harness, bench.scenarios, bench.tools, toolexec
-from executor.celery_app import create_app
+from executor.seams.app import create_app
 from wire.settings import Settings
 create_app(Settings.from_env({"TOOLEXEC_BROKER_URL": "redis://127.0.0.1:1/0"}, tool_modules=("bench.tools",)))
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "gevent")))

@@ -32,7 +32,7 @@ from agent_client import (
     WorkerLost,
     remote_tool,
 )
-from agent_client.idempotency import idempotency_key
+from agent_client.runs import idempotency_key
 from toolexec import RedisServer, WorkerProcess
 from toolexec.process import free_port
 from wire import keys

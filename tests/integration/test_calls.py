@@ -7,6 +7,7 @@ starter tools plus ``probe_tools.py``) through this process's configured client.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import signal
@@ -143,6 +144,22 @@ def test_an_unknown_tool_is_not_found_and_the_error_lists_the_available_tools(
 
 
 @pytest.mark.parametrize(
+    ("option", "value"), [("run_id", 123), ("run_id", ""), ("idempotency_key", "k" * 10_000), ("idempotency_key", {"a": 1})]
+)
+def test_a_run_id_or_key_the_wire_cannot_carry_is_refused_and_nothing_is_sent(
+    tool_client: ToolClient, redis_client: redis.Redis, option: str, value: Any
+) -> None:
+    today = remote_tool("get_today_date", timeout=10)  # idempotent: it takes a key
+    pushes_before = _lpush_calls(redis_client)
+
+    with pytest.raises(ValueError, match=f"^{option} must be a non-empty string of at most 1024 characters"):
+        today.invoke_sync({}, **{option: value})
+    with pytest.raises(ValueError, match=f"^{option} must be a non-empty string"):
+        asyncio.run(today.invoke({}, **{option: value}))
+    assert _lpush_calls(redis_client) == pushes_before
+
+
+@pytest.mark.parametrize(
     ("arguments", "field"),
     [
         ({"query": "fox", "limit": 100}, "limit"),
@@ -215,8 +232,33 @@ def test_a_short_deadline_frees_an_async_caller_on_time(tool_client: ToolClient)
     assert 0.19 <= elapsed <= 0.2 + _DEADLINE_SLACK, f"took {elapsed:.3f}s"
 
 
+@pytest.mark.parametrize("deadline", [0.001, 0.005, 0.02])
+def test_a_deadline_shorter_than_the_way_to_redis_is_a_timeout_not_a_broker_error(
+    tool_client: ToolClient, deadline: float
+) -> None:
+    # Redis answers all along: a call whose deadline passes before its send was taken,
+    # or while it is on its way, timed out. Neither "Redis cannot be reached"
+    # (BrokerUnavailable) nor "the outcome is unknown" (ToolOutcomeUnknown) is true of it.
+    sleeper = remote_tool("probe_sleep", timeout=deadline)
+
+    async def many() -> list[Any]:
+        calls = [sleeper.invoke({"seconds": 0.5}) for _ in range(300)]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    outcomes = asyncio.run(many())
+    sync = []
+    for _ in range(30):
+        try:
+            sync.append(sleeper(seconds=0.5))
+        except RemoteToolError as exc:
+            sync.append(exc)
+
+    kinds = collections.Counter(type(o).__name__ for o in [*outcomes, *sync])
+    assert kinds == {"ToolTimeoutError": 330}, kinds
+
+
 def _listeners() -> int:
-    return sum(1 for t in threading.enumerate() if t.name == "toolexec-replies")
+    return sum(1 for t in threading.enumerate() if t.name == "toolexec-client-io")
 
 
 def test_fifty_timed_out_calls_leave_no_thread_behind(tool_client: ToolClient) -> None:

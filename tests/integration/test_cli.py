@@ -422,21 +422,29 @@ def test_a_call_that_may_have_reached_redis_without_a_reply_exits_7(
 # -- bad input: one line and a documented code, never a traceback ----------------------
 
 
+#: What a broker URL toolexec cannot carry calls over gets, from every command.
+_NOT_A_BROKER = "TOOLEXEC_BROKER_URL: must be a Redis (redis://, rediss://, unix://) or RabbitMQ"
+
+
 @pytest.mark.parametrize(
     ("words", "extra_env", "code", "says"),
     [
         (["call", "cli_echo", "text=x", "--timeout", "soon"], {}, 2, "--timeout must be a positive number"),
         (["call", "cli_echo", "text=x", "--timeout", "-1"], {}, 2, "--timeout must be a positive number"),
+        (["call", "cli_echo", "text=x", "--timeout", "1e300"], {}, 2, "at most 31622400 (366 days)"),
         (["call", "cli_echo", "@/no/such/file.json"], {}, 2, "cannot read the arguments file"),
         (["call", "cli_echo", "text"], {}, 2, "is not a JSON object, key=value, @file or -"),
         (["status"], {"TOOLEXEC_DEFAULT_TIMEOUT": "-3"}, 8, "TOOLEXEC_DEFAULT_TIMEOUT"),
         (["tools"], {"TOOLEXEC_REDIS_URL": "http://127.0.0.1:80/"}, 8, "TOOLEXEC_REDIS_URL"),
-        (["call", "cli_echo", "text=x"], {"TOOLEXEC_BROKER_URL": "sqs://queue.example/"}, 8, "TOOLEXEC_BROKER_URL is sqs://"),
-        (["tools"], {"TOOLEXEC_BROKER_URL": "sqs://queue.example/", "TOOLEXEC_REDIS_URL": ""}, 8, "TOOLEXEC_REDIS_URL is required"),
+        (["call", "cli_echo", "text=x"], {"TOOLEXEC_BROKER_URL": "sqs://queue.example/"}, 8, _NOT_A_BROKER),
+        (["tools"], {"TOOLEXEC_BROKER_URL": "sqs://queue.example/", "TOOLEXEC_REDIS_URL": ""}, 8, _NOT_A_BROKER),
+        (["status"], {"TOOLEXEC_BROKER_URL": "http://queue.example/"}, 8, _NOT_A_BROKER),
+        (["tools"], {"TOOLEXEC_BROKER_URL": "amqp://guest:guest@127.0.0.1//", "TOOLEXEC_REDIS_URL": ""}, 8,
+         "TOOLEXEC_REDIS_URL is required"),
         (["worker"], {"TOOLEXEC_HEARTBEAT_INTERVAL": "often"}, 8, "TOOLEXEC_HEARTBEAT_INTERVAL"),
     ],
-    ids=["word-timeout", "negative-timeout", "missing-file", "bare-word", "bad-setting", "http-redis-url",
-         "sqs-broker", "no-redis-url", "worker-bad-setting"],
+    ids=["word-timeout", "negative-timeout", "huge-timeout", "missing-file", "bare-word", "bad-setting", "http-redis-url",
+         "sqs-broker", "sqs-broker-no-redis-url", "http-broker", "amqp-no-redis-url", "worker-bad-setting"],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_an_exit_code_never_a_traceback(
     cli_env: dict[str, str], words: list[str], extra_env: dict[str, str], code: int, says: str
@@ -479,13 +487,16 @@ def test_tools_json_lists_each_live_tool_with_its_queue_timeout_delivery_and_wor
     assert "cli_idle" not in rows  # no live worker serves it
 
 
-def test_tools_without_json_prints_a_table_naming_the_tools(
-    cli_worker: CliWorker, cli_env: dict[str, str]
+@pytest.mark.parametrize("columns", ["80", "200"])
+def test_tools_without_json_prints_every_field_whole_in_a_terminal_of_any_width(
+    cli_worker: CliWorker, cli_env: dict[str, str], columns: str
 ) -> None:
-    done = run("tools", env=cli_env, extra_env={"COLUMNS": "200"})
+    done = run("tools", env=cli_env, extra_env={"COLUMNS": columns})
 
     assert done.returncode == 0, done.stderr
-    assert "cli_echo" in done.stdout and cli_worker.info.worker_id in done.stdout
+    assert "…" not in done.stdout
+    for field in ("cli_echo", cli_worker.info.worker_id, "at least once", "30s"):
+        assert field in done.stdout, f"{field!r} missing at {columns} columns:\n{done.stdout}"
 
 
 def test_tools_with_no_live_worker_says_so_and_exits_4(
@@ -636,7 +647,12 @@ def test_status_for_one_worker_exits_4_when_it_is_not_live(
     ]
     assert gone.returncode == 4
     assert json.loads(gone.stdout)["workers"] == []
+    assert json.loads(gone.stdout)["worker_filter"] == f"nobody@{host}"
     assert "no live worker named" in one_line_error(gone)
+    # The table says the same: that no worker of that name is live, not that none is.
+    table = run("status", "--worker", f"nobody@{host}", env=cli_env, extra_env={"COLUMNS": "200"})
+    assert table.returncode == 4
+    assert f"no live worker named 'nobody@{host}'" in table.stdout
 
 
 def test_status_watch_prints_one_snapshot_per_interval_until_interrupted(

@@ -26,7 +26,10 @@ from wire.settings import Settings
 
 pytestmark = pytest.mark.integration
 
-CHECKS = ["json-only", "ttls", "visibility-timeout", "transport-security", "persistence", "signing"]
+CHECKS = [
+    "json-only", "ttls", "visibility-timeout", "transport-security", "persistence", "eviction", "signing",
+    "same-tools-per-queue",
+]
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +175,7 @@ def test_celerys_one_second_margin_counts_against_the_visibility_timeout(admin: 
 
 
 PICKLE_APP = """
-from executor.celery_app import create_app
+from executor.seams.app import create_app
 
 app = create_app()
 app.conf.update(accept_content=["json", "pickle"])
@@ -211,7 +214,7 @@ def test_an_app_module_that_raises_fails_json_only_naming_the_error_while_the_ot
     admin: redis.Redis, env: dict[str, str], tmp_path: Path
 ) -> None:
     (tmp_path / "doctor_slow_tools.py").write_text(SLOW_TOOL)
-    (tmp_path / "doctor_own_app.py").write_text("from executor.celery_app import create_app\n\napp = create_app()\n")
+    (tmp_path / "doctor_own_app.py").write_text("from executor.seams.app import create_app\n\napp = create_app()\n")
     slow = {**env, "TOOLEXEC_TOOL_MODULES": "tasks,doctor_slow_tools", "TOOLEXEC_VISIBILITY_TIMEOUT": "60"}
 
     done = doctor_command(slow, "--app", "doctor_own_app:app", modules=tmp_path)
@@ -294,5 +297,6 @@ def test_an_unreachable_redis_fails_the_checks_that_read_it(env: dict[str, str],
     url = f"redis://127.0.0.1:{free_port()}/0"
     checks = run_checks(Settings.from_env({**env, "TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": url}))
 
-    assert failing(checks) == ["ttls", "persistence"]
+    assert failing(checks) == ["ttls", "persistence", "eviction", "same-tools-per-queue"]
     assert "cannot read Redis" in by_name(checks)["ttls"].message
+    assert "cannot read the live workers" in by_name(checks)["same-tools-per-queue"].message

@@ -135,21 +135,22 @@ def test_remote_tools_is_one_provider_for_the_whole_catalogue(client: ToolClient
     assert json.loads(shown(provider)[0]) == {"words": 3}
 
 
-@pytest.mark.parametrize("name", ["call_tools.py", "lazybridge_agent.py"])
+@pytest.mark.parametrize("name", ["call_tools.py", "handles.py", "lazybridge_agent.py"])
 def test_each_example_prints_what_its_docstring_says(
     name: str, agent_env: dict[str, str], framework_worker: WorkerProcess
 ) -> None:
     assert_example_prints_its_docstring(name, agent_env)
 
 
-def test_the_readme_quotes_the_call_tools_example_and_its_output() -> None:
+@pytest.mark.parametrize("name", ["call_tools.py", "handles.py"])
+def test_the_readme_quotes_the_example_and_its_output(name: str) -> None:
     readme = (ROOT / "README.md").read_text()
-    example = (ROOT / "examples" / "call_tools.py").read_text()
+    example = (ROOT / "examples" / name).read_text()
     body = example.split("def main() -> None:\n", 1)[1].split("\n\nif __name__")[0]
     for line in body.splitlines():
         if line.strip():
             assert line.strip() in readme, line
-    assert expected_output(ROOT / "examples" / "call_tools.py") in readme
+    assert expected_output(ROOT / "examples" / name) in readme
 
 
 def test_the_demo_runs_on_its_own_and_stops_what_it_started() -> None:
@@ -198,6 +199,6 @@ def test_async_and_sync_calls_share_one_listener_thread(client: ToolClient) -> N
         search.run_sync(query="grapes")
 
     asyncio.run(both())
-    listeners = [t for t in threading.enumerate() if t.name == "toolexec-replies"]
+    listeners = [t for t in threading.enumerate() if t.name == "toolexec-client-io"]
     assert len(listeners) == 1
-    assert {t.name for t in threading.enumerate()} - before <= {"toolexec-replies"}
+    assert {t.name for t in threading.enumerate()} - before <= {"toolexec-client-io"}

@@ -53,11 +53,13 @@ def test_a_frozen_redis_never_holds_a_sync_caller_past_its_deadline(
                 echo(text="frozen", number=number)
             lateness.append(time.monotonic() - started - 0.5)
             errors.append(raised.value)
-        # Building a proxy reads the catalog: bounded too, and said to be Redis.
+        # Building a proxy reads the catalog: bounded too. A tool the last read saw
+        # served is built from that read; one it never saw is said to be Redis' fault.
         started = time.monotonic()
         with pytest.raises(BrokerUnavailable):
-            remote_tool("probe_echo", client=own_client)
+            remote_tool("probe_never_published", client=own_client)
         catalog_wait = time.monotonic() - started
+        assert remote_tool("probe_echo", client=own_client).spec == echo.spec
 
     assert all(0 <= late <= SLACK for late in lateness), lateness
     # The first was written and never answered; the next ones waited behind it for a

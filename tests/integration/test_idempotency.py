@@ -37,7 +37,7 @@ from agent_client import (
     remote_tool,
     run_scope,
 )
-from agent_client.idempotency import idempotency_key
+from agent_client.runs import idempotency_key
 from tasks import list_bookings
 from toolexec import Pool, RedisServer, WorkerProcess
 from wire import keys
@@ -432,9 +432,10 @@ def test_the_claim_of_a_claimant_that_crashed_expires(
     broker = idem_env["TOOLEXEC_BROKER_URL"].replace("127.0.0.1", "localhost")
     script = (
         "import os, signal, sys\n"
-        "from agent_client import get_client, remote_tool\n"
+        "from agent_client import remote_tool\n"
+        "from agent_client._io.redis_lane import RedisLane\n"
         "tool = remote_tool('idem_count')\n"
-        "get_client().publisher._push_claimed = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "RedisLane._push_claimed = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
         "tool.invoke_sync({'counter': sys.argv[2]}, run_id=sys.argv[1], timeout=1.0)\n"
     )
     run_id = uuid.uuid4().hex

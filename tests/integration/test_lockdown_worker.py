@@ -191,7 +191,7 @@ def test_a_worker_whose_celery_configuration_allows_pickle_exits_at_start_saying
         extra["CELERY_CONFIG_MODULE"] = f"picklecfg_{suffix}"
     else:
         (modules / f"myapp_{suffix}.py").write_text(
-            "from executor.celery_app import create_app\n\n"
+            "from executor.seams.app import create_app\n\n"
             "app = create_app()\n"
             'app.conf.update(accept_content=["pickle", "json"], task_serializer="pickle")\n'
         )

@@ -123,7 +123,25 @@ def poison_items() -> dict[str, bytes]:
             [[], {"call_id": "c", "tool": "fault_echo"}, {"callbacks": [{"task": "celery.ping"}]}],
         ),
         "huge": b'{"body":"' + MARK.encode() * (3 * MAX_ARGUMENT_BYTES) + b'"}',
+        # Within Python's JSON limits, past its pickling's: two of them once took both
+        # slots of a prefork -c 2 worker for good (the main process failed to write them
+        # to a child), so nothing ran after them.
+        "arguments nested 500 deep": with_body(good_call, deep_call(500)),
+        "arguments nested 900 deep": with_body(good_call, deep_call(900)),
+        "arguments nested 101 deep": with_body(good_call, deep_call(101)),
+        "a deadline of Infinity": with_body(
+            good_call, [[], {"call_id": "c-inf", "tool": "fault_echo", "deadline": float("inf")}, None]
+        ),
+        "JSON null": b"null",
     }
+
+
+def deep_call(levels: int) -> list[Any]:
+    """The body of a ``fault_echo`` call whose argument nests ``levels`` arrays deep."""
+    value: Any = MARK
+    for _ in range(levels):
+        value = [value]
+    return [[], {"call_id": f"c-deep-{levels}", "tool": "fault_echo", "arguments": {"text": value}}, None]
 
 
 def refusals(client: redis.Redis) -> int:

@@ -24,7 +24,7 @@ from agent_client import (
     ToolTimeoutError,
     remote_tool,
 )
-from executor.progress import MIN_INTERVAL
+from executor.context import MIN_INTERVAL
 from toolexec import Pool, WorkerProcess
 from wire import keys
 

@@ -146,3 +146,49 @@ def test_an_at_least_once_call_that_kills_its_whole_worker_each_time_is_sent_the
         assert "died on each of 2 deliveries" in entry["detail"]
     finally:
         client.close()
+
+
+def test_calls_sent_again_after_their_worker_died_wait_behind_a_busy_survivor_and_run_once(
+    worker_factory: WorkerFactory, own_env: dict[str, str], own_client: ToolClient, own_store: redis.Redis,
+) -> None:  # fmt: skip
+    # Two workers share the calls; one is killed, whole, while it runs its share. The
+    # watchdog sends those calls again; the survivor runs two at a time, so the copies
+    # wait in the queue for longer than the watchdog's looks, with their keys' state
+    # still naming the dead worker. Waiting is not being lost: each call runs to its end
+    # once, and no caller hears WorkerLost.
+    env = {**own_env, "TOOLEXEC_TOOL_MODULES": f"{own_env['TOOLEXEC_TOOL_MODULES']},tests.integration.idem_tools"}
+    doomed = worker_factory(pool="prefork", concurrency=2, queues=("idem_kill",), env=env)
+    survivor = worker_factory(pool="prefork", concurrency=2, queues=("idem_kill",), env=env)
+    interval = Settings.from_env(own_env).heartbeat_interval
+    slow = remote_tool("idem_slow_alo", timeout=60, client=own_client)
+    tag = unique("busy")
+    calls = 10
+
+    def pid_of(i: int) -> int:
+        return int(own_store.get(f"{tag}:pid:{i}") or 0)
+
+    async def everything() -> list[object]:
+        async def one(i: int) -> object:
+            with run_scope():  # a run of its own: one execution per call
+                return await slow.invoke(
+                    {"counter": f"{tag}:{i}", "seconds": 2 * interval, "marker": f"{tag}:pid:{i}"}
+                )
+
+        tasks = [asyncio.ensure_future(one(i)) for i in range(calls)]
+        children = set(doomed.child_pids())
+        while not any(pid_of(i) in children for i in range(calls)):  # the doomed worker runs one
+            await asyncio.sleep(0.02)
+        doomed.kill()  # the main process and its children, SIGKILL
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    outcomes = asyncio.run(everything())
+
+    assert not [o for o in outcomes if isinstance(o, BaseException)], outcomes
+    assert survivor.is_running
+    survivors = set(survivor.child_pids())
+    results = [o for o in outcomes if isinstance(o, dict)]
+    assert len(results) == calls
+    assert all(r["pid"] in survivors for r in results), results  # the dead worker finished none
+    # A call the dead worker had begun ran once more on the survivor; none ran a third time.
+    assert {int(own_store.get(f"{tag}:{i}") or 0) for i in range(calls)} <= {1, 2}
+    assert any(r["runs"] == 2 for r in results), results  # the kill did cut a call short

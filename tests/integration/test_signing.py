@@ -21,7 +21,7 @@ import redis
 
 from agent_client import ToolClient, ToolExecutionError, remote_tool
 from agent_client.prepare import PreparedCall, prepare_call
-from agent_client.scope import run_scope
+from agent_client.runs import run_scope
 from agent_client.validation import ArgumentValidator
 from tests.integration.conftest import PROJECT_ROOT
 from tests.integration.polling import wait_until

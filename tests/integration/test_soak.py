@@ -63,6 +63,6 @@ def test_a_short_soak_ends_every_call_as_its_faults_allow_books_once_and_leaves_
     assert _row(report, "with a TTL longer than its rule") == 0
     assert _row(report, "without a TTL beyond the catalog and kombu's") == 0
     assert _row(report, "of no known kind") == 0
-    assert _row(report, "of the baseline's kinds (catalog, workers, heartbeats, kombu)") == _row(report, "DBSIZE before the calls")
+    assert _row(report, "of the baseline's kinds (catalog, workers, heartbeats, the client's liveness, kombu)") == _row(report, "DBSIZE before the calls")
     # Worker RSS was compared on the same processes after the last restart.
     assert re.search(r"After the last restart, [1-9]\d* processes sampled throughout", report), report

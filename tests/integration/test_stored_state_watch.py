@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from agent_client import ToolClient, remote_tool
-from agent_client.idempotency import idempotency_key
+from agent_client.runs import idempotency_key
 from toolexec import RedisServer, WorkerProcess
 from wire import keys
 from wire.formats import stored_state

@@ -4,7 +4,8 @@ A private redis-server speaks TLS only, with certificates from a CA made for the
 (the server requires a client certificate too), keeps an append-only file, and loads
 the ACL file from docs/security.md: its user as written (database 0), the same user
 written for database 3 as the doc says, and an admin for the test's own looks.
-``toolexec worker`` with its defaults (task events and worker heartbeats on) serves
+``toolexec worker`` with its defaults and task events on from the start
+(``TOOLEXEC_TASK_EVENTS=on``, as Flower would turn them on) serves
 calls of every kind, a poison message, ``celery inspect``, ``toolexec status`` and
 ``toolexec doctor`` as the documented user, and Redis' ``ACL LOG`` records no denial.
 A wrong password, an untrusted server certificate and a refused client certificate
@@ -36,7 +37,7 @@ from agent_client import (
     ToolExecutionError,
     remote_tool,
 )
-from agent_client.scope import run_scope
+from agent_client.runs import run_scope
 from tests.integration.conftest import PROJECT_ROOT
 from tests.integration.polling import wait_until
 from tests.integration.tls_support import make_ca, make_foreign_client_cert, make_tls_files
@@ -213,7 +214,10 @@ def command(env: dict[str, str], *words: str) -> subprocess.CompletedProcess[str
 def test_toolexec_worker_and_every_command_run_as_the_documented_user_and_redis_denies_nothing(
     pool: Pool, db: int, ack_emulation: str, server: RedisServer, admin: redis.Redis, tmp_path: Path
 ) -> None:
-    env = {**user_env(server, tmp_path / "data", db=db), "TOOLEXEC_ACK_EMULATION": ack_emulation}
+    env = {
+        **user_env(server, tmp_path / "data", db=db), "TOOLEXEC_ACK_EMULATION": ack_emulation,
+        "TOOLEXEC_TASK_EVENTS": "on",  # every event a worker may publish, through the ACL
+    }  # fmt: skip
     admin.execute_command("ACL", "LOG", "RESET")
     worker = ToolexecWorker(env, pool, tmp_path / "worker")
     tool_client = ToolClient(Settings.from_env(env))

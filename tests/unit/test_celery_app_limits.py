@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from executor.celery_app import create_app
 from executor.registry import tool, unregister
+from executor.seams.app import create_app
 from wire.errors import ConfigurationError
 from wire.settings import Settings
 

@@ -122,12 +122,16 @@ def test_each_error_of_a_call_has_its_exit_code(error: RemoteToolError, code: in
     assert exit_code_for(error) == code
 
 
-def test_the_default_worker_is_celerys_prefork_worker_with_events_on() -> None:
+def test_the_default_worker_is_celerys_prefork_worker_with_task_events_left_to_the_setting() -> None:
     argv = worker_argv()
 
     assert argv[:6] == [sys.executable, "-m", "celery", "-A", "executor", "worker"]
-    assert "-E" in argv and argv[argv.index("-P") + 1] == "prefork"
+    assert argv[argv.index("-P") + 1] == "prefork"
     assert not {"-c", "-Q", "-n", "-l"} & set(argv)  # Celery's own defaults
+    # TOOLEXEC_TASK_EVENTS decides (the app's worker_send_task_events), not -E; and Celery's
+    # worker heartbeat stays on, so its event dispatcher is there for a monitor's enable_events.
+    assert "-E" not in argv and "--without-heartbeat" not in argv
+    assert {"--without-gossip", "--without-mingle"} <= set(argv)
 
 
 def test_worker_options_become_celerys() -> None:

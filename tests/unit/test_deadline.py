@@ -14,7 +14,7 @@ from agent_client.deadline import NOT_SET, Timeout, check_timeout, resolve_timeo
 from agent_client.errors import ToolTimeoutError
 from agent_client.frameworks.lazybridge import lazybridge_limit
 from agent_client.remote import RemoteTool
-from wire.models import ToolSpec
+from wire.models import MAX_TIMEOUT, ToolSpec
 from wire.settings import Settings
 
 INVALID = [0, -1, -0.5, float("nan"), float("inf"), True, False, "5", [5]]
@@ -69,6 +69,13 @@ def test_whole_seconds_come_back_as_floats() -> None:
 def test_a_timeout_that_is_not_a_positive_finite_number_is_refused(value: Any) -> None:
     with pytest.raises(ValueError, match=r"timeout must be a positive number of seconds, None \(no deadline\) or NOT_SET; got"):
         check_timeout(value)
+
+
+@pytest.mark.parametrize("value", [MAX_TIMEOUT * 1.5, 1e12, 1e300])
+def test_a_timeout_longer_than_the_wire_allows_is_refused_naming_the_bound(value: float) -> None:
+    with pytest.raises(ValueError, match=r"timeout must be at most 31622400 seconds \(366 days\), or None"):
+        check_timeout(value)
+    assert check_timeout(MAX_TIMEOUT) == MAX_TIMEOUT
 
 
 def test_the_refusal_names_what_was_checked() -> None:

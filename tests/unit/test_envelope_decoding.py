@@ -1,4 +1,4 @@
-"""executor.transport decodes a queue item as kombu does, faster where kombu's hook cannot apply."""
+"""executor.seams.transport decodes a queue item as kombu does, faster where kombu's hook cannot apply."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import uuid
 import pytest
 from kombu.utils.json import dumps, loads
 
-from executor.transport import _envelope_loads
+from executor.seams.transport import _envelope_loads
 
 WHEN = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.UTC)
 

@@ -7,7 +7,8 @@ import sys
 import pytest
 
 from agent_client.frameworks import MissingExtra
-from agent_client.remote import RemoteTool, RemoteToolset
+from agent_client.remote import RemoteTool
+from agent_client.toolset import RemoteToolset
 from wire.models import ToolSpec
 
 SPEC = ToolSpec(
@@ -112,11 +113,11 @@ def test_mcp_server_without_its_extra_raises_missing_extra_naming_toolexec_mcp(
     from toolexec.cli import main
 
     monkeypatch.setitem(sys.modules, "mcp", None)
-    # The server module imports mcp once, on its own first import: forget any earlier one.
-    monkeypatch.delitem(sys.modules, "toolexec.mcp_server", raising=False)
+    # The server package imports mcp once, on its own first import: forget any earlier one.
+    monkeypatch.delitem(sys.modules, "toolexec.mcp", raising=False)
 
     with pytest.raises(MissingExtra, match=r"pip install 'toolexec\[mcp\]'"):
-        importlib.import_module("toolexec.mcp_server")
+        importlib.import_module("toolexec.mcp")
 
     assert main(["mcp"]) == 2
     assert "pip install 'toolexec[mcp]'" in capsys.readouterr().err

@@ -184,7 +184,7 @@ def test_an_arguments_text_with_nan_or_infinity_names_the_field(tool: str, const
         ('{"query": "fox"}', None),
         ("{query: fox}", "not JSON"),
         ('{"query": "a", "query": "b"}', "query: named more than once"),
-        ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+        ("[" * 100_000 + "]" * 100_000, "nested deeper than 100 levels"),
         (b'{"query": "\xff"}', "UTF-8"),
     ],
 )

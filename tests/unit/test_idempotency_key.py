@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from agent_client import current_run_id, run_scope
-from agent_client.idempotency import canonical_arguments, idempotency_key
+from agent_client.runs import canonical_arguments, idempotency_key
 from executor.schema import function_schema
 
 
@@ -161,7 +161,7 @@ _SHAPES_THERE: list[dict[str, Any]] = [
 
 _CHILD = """
 import json, sys
-from agent_client.idempotency import idempotency_key
+from agent_client.runs import idempotency_key
 job = json.loads(sys.stdin.read())
 keys = [idempotency_key("run-1", "book", job["schema"], arguments) for arguments in job["shapes"]]
 print(json.dumps({"keys": keys, "hash_of_a_str": hash("run-1")}))

@@ -1,6 +1,8 @@
 """Three homes: the wire contract imports neither side; the sides import only the wire;
 ops may import everything; nothing imports ops; the agent process loads no worker code,
-and no framework until an adapter is asked for."""
+and no framework until an adapter is asked for; on the worker only the Celery seams
+(and the pools) import Celery, kombu or billiard; the agent's machinery (``agent_client._io``)
+imports nothing of the public layer above it."""
 
 from __future__ import annotations
 
@@ -24,15 +26,20 @@ ALLOWED: dict[str, set[str]] = {
 }
 
 
-def imported_packages(path: Path) -> set[str]:
-    """The project packages a file imports, at module level or inside functions."""
+def imported_roots(path: Path) -> set[str]:
+    """The top-level packages a file imports, at module level or inside functions."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module.split(".")[0])
-    return found & set(PACKAGES)
+    return found
+
+
+def imported_packages(path: Path) -> set[str]:
+    """The project packages a file imports, at module level or inside functions."""
+    return imported_roots(path) & set(PACKAGES)
 
 
 def test_the_checker_sees_both_import_forms(tmp_path: Path) -> None:
@@ -53,6 +60,27 @@ def test_each_package_imports_only_what_its_home_may(package: str) -> None:
     assert offending == {}
 
 
+#: Celery and the libraries under it.
+CELERY_LIBRARIES = {"celery", "kombu", "billiard"}
+#: The worker's files that may import them: the seams that plug into their hooks, the
+#: pools, limits.py (billiard's ``terminate_handler_fired``: its own SIGTERM, not a
+#: tool's ``SystemExit``), and the package's ``__init__`` (the type of its lazy ``app``,
+#: imported for type checking only).
+CELERY_HOMES = ("executor/seams/", "executor/pools/", "executor/limits.py", "executor/__init__.py")
+
+
+def test_only_the_workers_celery_seams_and_pools_import_celery_kombu_or_billiard() -> None:
+    offending = {}
+    for path in sorted((ROOT / "executor").rglob("*.py")):
+        name = path.relative_to(ROOT).as_posix()
+        found = imported_roots(path) & CELERY_LIBRARIES
+        if found and not name.startswith(CELERY_HOMES):
+            offending[name] = sorted(found)
+
+    assert offending == {}
+    assert imported_roots(ROOT / "executor" / "seams" / "app.py") & CELERY_LIBRARIES == {"celery", "kombu"}
+
+
 #: Worker code and Celery: the agent process never needs them.
 WORKER_SIDE = ("celery", "kombu", "billiard", "executor", "tasks", "toolexec")
 #: Every framework an adapter speaks to: each is an optional extra, imported only when asked for.
@@ -61,7 +89,7 @@ FRAMEWORKS = ("lazybridge", "locus", "agents", "langchain_core", "langgraph", "p
 #: agent_client modules left out of the walk, each because it imports its extra by design.
 OPTIONAL_MODULES = {
     "agent_client.testing": "the LazyBridge extra's scripted agents: it subclasses LazyBridge's provider",
-    "agent_client.amqp": "the RabbitMQ lane: kombu's AMQP client, imported only for an amqp:// broker",
+    "agent_client._io.amqp_lane": "the RabbitMQ lane: kombu's AMQP client, imported only for an amqp:// broker",
 }
 
 
@@ -81,7 +109,8 @@ def _loaded_after(statement: str, packages: tuple[str, ...] = (*WORKER_SIDE, "la
 def test_the_agent_process_loads_no_worker_module_no_celery_and_no_kombu() -> None:
     loaded = _loaded_after(
         "import agent_client\n"
-        "from agent_client import client, prepare, send, wait, replies, watchdog, remote, catalog"
+        "from agent_client import client, prepare, deadline, remote, catalog\n"
+        "from agent_client._io import loop, send, redis_lane, replies, watchdog"
     )
 
     assert loaded == []
@@ -130,13 +159,24 @@ def test_every_core_agent_module_in_use_loads_no_framework_and_no_worker_code() 
     loaded = _loaded_after(_EVERY_CORE_MODULE_IN_USE, (*WORKER_SIDE, *FRAMEWORKS))
 
     walked = {name.removeprefix("walked:") for name in loaded if name.startswith("walked:")}
-    assert {"agent_client.remote", "agent_client.catalog", "agent_client.frameworks"} <= walked
-    assert len(walked) >= 20  # the walk found the package's modules
+    assert {"agent_client.remote", "agent_client.catalog", "agent_client.frameworks", "agent_client._io.send"} <= walked
+    assert walked == _core_modules()  # the walk found every module of the package
     assert [name for name in loaded if not name.startswith("walked:")] == []
 
 
+def _core_modules() -> set[str]:
+    """Every agent_client module by its file, less the frameworks' own and OPTIONAL_MODULES."""
+    names = set()
+    for path in (ROOT / "agent_client").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name != "agent_client" and not name.startswith("agent_client.frameworks.") and name not in OPTIONAL_MODULES:
+            names.add(name)
+    return names
+
+
 def test_the_modules_left_out_of_the_walk_load_no_other_framework_and_no_worker_code() -> None:
-    assert _loaded_after("import agent_client.amqp", (*FRAMEWORKS, "celery", "executor", "tasks", "toolexec")) == []
+    assert _loaded_after("import agent_client._io.amqp_lane", (*FRAMEWORKS, "celery", "executor", "tasks", "toolexec")) == []
     assert _loaded_after("import agent_client.testing", (*WORKER_SIDE, *FRAMEWORKS)) == sorted(
         _loaded_after("import lazybridge", (*WORKER_SIDE, *FRAMEWORKS))
     )
@@ -144,3 +184,52 @@ def test_the_modules_left_out_of_the_walk_load_no_other_framework_and_no_worker_
 
 def test_the_wire_contract_loads_neither_side() -> None:
     assert _loaded_after("import wire, wire.message, wire.scripts, wire.formats, wire.keys") == []
+
+
+#: What the agent's machinery may import of agent_client: itself, and the error tree
+#: (which imports only the wire), whose errors it settles futures with.
+MACHINERY = "agent_client._io"
+MACHINERY_MAY_IMPORT = (MACHINERY, "agent_client.errors")
+
+
+def agent_modules_imported(path: Path, package: str) -> set[str]:
+    """The agent_client modules a file of ``package`` imports, by full name (relative
+    imports resolved; ``from agent_client import x`` counted as ``agent_client.x``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            if base in ("agent_client", MACHINERY):  # a package: what it names are its modules
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+            else:
+                found.add(base)
+    return {name for name in found if name.split(".")[0] == "agent_client"}
+
+
+def test_the_checker_resolves_relative_and_package_imports(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text("from . import link\nfrom ..remote import RemoteTool\nfrom agent_client import errors\n")
+
+    assert agent_modules_imported(sample, MACHINERY) == {
+        "agent_client._io.link", "agent_client.remote", "agent_client.errors"
+    }
+
+
+def test_the_agents_machinery_imports_nothing_of_the_public_layer_above_it() -> None:
+    upward = {}
+    for path in sorted((ROOT / "agent_client" / "_io").rglob("*.py")):
+        package = ".".join(path.relative_to(ROOT).parent.parts)
+        wrong = {
+            name
+            for name in agent_modules_imported(path, package)
+            if not any(name == m or name.startswith(f"{m}.") for m in MACHINERY_MAY_IMPORT)
+        }
+        if wrong:
+            upward[path.relative_to(ROOT).as_posix()] = sorted(wrong)
+
+    assert upward == {}

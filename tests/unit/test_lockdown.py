@@ -14,7 +14,7 @@ import redis
 from billiard.exceptions import WorkerLostError
 from celery import Celery
 
-from executor.lockdown import (
+from executor.seams.lockdown import (
     TOOLEXEC_TASKS,
     broker_ssl_options,
     check_connections,
@@ -96,7 +96,7 @@ def test_a_shared_task_that_a_tool_modules_imports_brought_in_is_not_served(
     def cleanup() -> None:
         """A task some imported library defines."""
 
-    caplog.set_level(logging.WARNING, logger="executor.lockdown")
+    caplog.set_level(logging.WARNING, logger="executor.seams.lockdown")
     removed = restrict_tasks(app)
 
     assert "library.cleanup" in removed
@@ -113,7 +113,7 @@ def test_a_rediss_broker_without_ssl_parameters_checks_the_certificate() -> None
 
 def test_an_unreachable_redis_does_not_stop_the_worker_it_waits(caplog: pytest.LogCaptureFixture) -> None:
     url = f"redis://user:s3cret@127.0.0.1:{free_port()}/0"
-    caplog.set_level(logging.WARNING, logger="executor.lockdown")
+    caplog.set_level(logging.WARNING, logger="executor.seams.lockdown")
 
     check_connections({"TOOLEXEC_BROKER_URL": url, "TOOLEXEC_OTHER": "memory://"}, timeout=1)
 

@@ -7,8 +7,7 @@ import logging
 import sys
 
 from executor.context import CallContext, _calling
-from executor.logformat import JsonFormatter
-from executor.tracing import call_log_fields
+from executor.tracing import JsonFormatter, call_log_fields
 
 
 def _record(msg: str, *args: object, extra: dict[str, object] | None = None, exc: bool = False) -> logging.LogRecord:

@@ -173,7 +173,7 @@ def test_success_and_failure_outcomes_round_trip_through_json() -> None:
     assert CallOutcome.model_validate_json(success.model_dump_json()) == success
     assert CallOutcome.model_validate_json(failure.model_dump_json()) == failure
     assert json.loads(failure.model_dump_json())["error"] == {
-        "kind": "hard_timeout", "type": "ToolHardTimeout", "message": "stopped",
+        "kind": "hard_timeout", "type": "ToolHardTimeout", "message": "stopped", "attempts": 1,
     }
 
 
@@ -188,7 +188,7 @@ def test_an_outcome_can_be_readdressed_to_a_joining_call() -> None:
 
 def test_error_kinds_are_plain_strings_on_the_wire() -> None:
     assert {kind.value for kind in ErrorKind} == {
-        "execution", "invalid_arguments", "not_found", "expired", "hard_timeout", "worker_lost",
+        "execution", "invalid_arguments", "not_found", "expired", "hard_timeout", "worker_lost", "cancelled",
     }
     assert ErrorInfo.model_validate({"kind": "worker_lost", "type": "WorkerLost", "message": "m"}).kind is ErrorKind.WORKER_LOST
 

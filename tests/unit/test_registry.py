@@ -11,6 +11,7 @@ import pytest
 from executor.errors import ToolDefinitionError
 from executor.registry import get_tool, registered_tools, tool, unregister
 from wire.errors import ToolexecError
+from wire.models import MAX_TIMEOUT, ToolSpec
 
 
 @pytest.fixture
@@ -185,6 +186,19 @@ def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_rejected(
     assert get_tool(name) is None
 
 
+@pytest.mark.parametrize("option", ["timeout", "hard_timeout"])
+@pytest.mark.parametrize("value", [MAX_TIMEOUT + 1, 1e12, 1e300])
+def test_a_timeout_longer_than_the_wire_allows_is_rejected_naming_the_bound(
+    fresh_name: Callable[[], str], option: str, value: float
+) -> None:
+    name = fresh_name()
+
+    with pytest.raises(ToolDefinitionError, match=rf"tool '{name}': {option} must be at most 31622400 seconds"):
+        tool(name=name, **{option: value})(add)
+    assert get_tool(name) is None
+    tool(name=name, **{option: MAX_TIMEOUT})(add)  # the bound itself is allowed
+
+
 def test_a_timeout_of_none_is_accepted(fresh_name: Callable[[], str]) -> None:
     name = fresh_name()
     tool(name=name, timeout=None, hard_timeout=None)(add)
@@ -265,3 +279,30 @@ def test_an_unknown_name_has_no_tool() -> None:
 
 def test_registration_errors_belong_to_the_worker_error_tree() -> None:
     assert issubclass(ToolDefinitionError, ToolexecError)
+
+
+def test_requires_approval_travels_in_the_spec_and_defaults_to_false(fresh_name: Callable[[], str]) -> None:
+    gated, plain = fresh_name(), fresh_name()
+    tool(name=gated, requires_approval=True)(add)
+    tool(name=plain)(add)
+
+    assert get_tool(gated).spec.requires_approval is True  # type: ignore[union-attr]
+    assert get_tool(plain).spec.requires_approval is False  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None, 0.0])
+def test_requires_approval_that_is_not_true_or_false_is_rejected_naming_the_tool(
+    fresh_name: Callable[[], str], value: Any
+) -> None:
+    name = fresh_name()
+
+    with pytest.raises(ToolDefinitionError, match=f"tool '{name}': requires_approval must be True or False, got"):
+        tool(name=name, requires_approval=value)(add)
+
+    assert get_tool(name) is None
+
+
+def test_a_spec_published_before_requires_approval_existed_still_parses_as_not_requiring_it() -> None:
+    older = ToolSpec.model_validate_json('{"name": "x", "description": "d", "parameters": {"type": "object"}}')
+
+    assert older.requires_approval is False

@@ -1,4 +1,4 @@
-"""agent_client.client.result_of: each outcome becomes a result or the right exception."""
+"""agent_client.errors.result_of: each outcome becomes a result or the right exception."""
 
 from __future__ import annotations
 
@@ -7,14 +7,15 @@ from typing import Any
 
 import pytest
 
-from agent_client.client import result_of
 from agent_client.errors import (
     RemoteToolError,
     ToolArgumentsInvalid,
+    ToolCancelled,
     ToolExecutionError,
     ToolNotFound,
     ToolTimeoutError,
     WorkerLost,
+    result_of,
 )
 from executor.registry import tool, unregister
 from executor.runner import encode_outcome, execute
@@ -63,6 +64,7 @@ EXPECTED_CLASS: dict[ErrorKind, type[RemoteToolError]] = {
     ErrorKind.EXPIRED: ToolTimeoutError,
     ErrorKind.HARD_TIMEOUT: ToolExecutionError,
     ErrorKind.WORKER_LOST: WorkerLost,
+    ErrorKind.CANCELLED: ToolCancelled,
 }
 
 

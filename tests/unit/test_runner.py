@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from executor import runner
+from executor import limits, runner
 from executor.context import CallContext, current_call
 from executor.registry import tool, unregister
 from executor.runner import encode_outcome, execute
+from wire.clock import shared_now
 from wire.models import CallOutcome, CallRequest, ErrorKind
 
 Register = Callable[..., str]
@@ -322,7 +323,7 @@ def test_the_loop_a_thread_ran_async_tools_on_is_closed_when_the_thread_ends(reg
     seen: list[tuple[CallOutcome, asyncio.AbstractEventLoop]] = []
 
     def worker_thread() -> None:
-        seen.append((call(name, a=1, b=2), runner._loops.loop))
+        seen.append((call(name, a=1, b=2), limits._loops.loop))
 
     thread = threading.Thread(target=worker_thread)
     thread.start()
@@ -381,7 +382,7 @@ def test_current_call_inside_a_tool_describes_the_call(register: Register, kind:
 
     func = async_tool if kind == "async" else sync_tool
     name = register(func, hard_timeout=5 if kind == "sync-with-hard-limit" else None, idempotent=True)
-    deadline = time.time() + 30
+    deadline = shared_now() + 30  # the clock time_left() counts by
     request = CallRequest(call_id="c-9", tool=name, deadline=deadline, run_id="run-7", idempotency_key="key-3")
 
     outcome = execute(request)

@@ -1,4 +1,4 @@
-"""agent_client.send.LoopBatcher: the sends of one event-loop turn, handed over in chunks."""
+"""agent_client._io.send.LoopBatcher: the sends of one event-loop turn, handed over in chunks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any, cast
 
-from agent_client.send import _TURN_CHUNK, LoopBatcher, Publisher, Send
+from agent_client._io.callstate import Send
+from agent_client._io.send import _TURN_CHUNK, LoopBatcher, Publisher
 
 
 def test_a_turn_that_starts_many_calls_hands_them_over_in_chunks_and_the_rest_at_its_end() -> None:

@@ -158,7 +158,7 @@ def test_settings_are_frozen() -> None:
 
 def test_no_other_module_reads_the_environment() -> None:
     """Settings.from_env is the one place; the ops launchers only pass os.environ on to children."""
-    allowed = {"wire/settings.py", "toolexec/worker_process.py", "toolexec/demo.py", "toolexec/cli.py"}
+    allowed = {"wire/settings.py", "toolexec/worker_process.py", "toolexec/commands/demo.py", "toolexec/commands/worker.py"}
     root = Path(executor.__file__).parent.parent
     readers = []
     for package in ("wire", "executor", "agent_client", "tasks", "toolexec"):
@@ -172,3 +172,21 @@ def test_no_other_module_reads_the_environment() -> None:
                 ):
                     readers.append(relative)
     assert sorted(set(readers) - allowed) == []
+
+
+@pytest.mark.parametrize("url", ["sqs://queue.example/", "http://user:secret@queue.example/", "kafka://k:9092"])
+def test_a_broker_toolexec_cannot_publish_to_is_refused_naming_the_ones_it_can(url: str) -> None:
+    for environ in ({"TOOLEXEC_BROKER_URL": url}, {"TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": "redis://r/0"}):
+        with pytest.raises(ConfigurationError) as info:
+            Settings.from_env(environ)
+
+        message = str(info.value)
+        assert message.startswith("invalid toolexec settings: TOOLEXEC_BROKER_URL: must be a Redis (redis://")
+        assert "RabbitMQ (amqp://, amqps://, pyamqp://)" in message and "REDIS_URL is required" not in message
+        assert "secret" not in message
+
+
+@pytest.mark.parametrize("url", ["redis://b/0", "rediss://b/0", "unix:///tmp/r.sock", "amqp://rabbit//",
+                                 "amqps://rabbit//", "pyamqp://rabbit//", "memory://"])  # fmt: skip
+def test_every_broker_toolexec_carries_calls_over_is_accepted(url: str) -> None:
+    assert Settings.from_env({"TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": "redis://r/0"}).broker_url == url

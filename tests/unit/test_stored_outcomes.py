@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from agent_client.stored import StoredOutcomes
+from agent_client.runs import StoredOutcomes
 from wire.models import CallOutcome
 
 

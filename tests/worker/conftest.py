@@ -70,7 +70,7 @@ def celery_config() -> Mapping[str, Any]:
 
     The memory broker's queues are global to the process, hence a queue of our own.
     The result backend only serves ``start_worker``'s ping; toolexec's tasks carry
-    their own (:class:`executor.backend.ReplyBackend`).
+    their own (:class:`executor.seams.backend.ReplyBackend`).
     """
     return {
         "broker_url": "memory://",

@@ -1,9 +1,9 @@
 """The worker's message path in this process, fed raw queue items: the poison harness.
 
 :class:`MessagePath` assembles what a ``celery worker`` main process runs for every
-message, minus the pool: toolexec's Celery app (``executor.celery_app.create_app``) on
-the private Redis, its broker connection (toolexec's transport, ``executor.transport``),
-Celery's task consumer with toolexec's consumer (``executor.consumer``) and the tasks'
+message, minus the pool: toolexec's Celery app (``executor.seams.app.create_app``) on
+the private Redis, its broker connection (toolexec's transport, ``executor.seams.transport``),
+Celery's task consumer with toolexec's consumer (``executor.seams.consumer``) and the tasks'
 strategy and request. :meth:`MessagePath.feed` pushes one raw item onto the queue and
 drains one event, so the item goes through ``BRPOP``, the channel, kombu's message and
 consumer, Celery's consumer, the strategy and the request. A message that becomes a
@@ -36,9 +36,9 @@ from kombu.connection import Connection
 from kombu.entity import Queue
 from kombu.messaging import Consumer as KombuConsumer
 
-from executor.celery_app import create_app
-from executor.consumer import Consumer
-from executor.transport import MAX_ITEM_OPTION
+from executor.seams.app import create_app
+from executor.seams.consumer import Consumer
+from executor.seams.transport import MAX_ITEM_OPTION
 from wire import keys
 from wire.message import redis_envelope, task_headers
 from wire.models import TASK_AT_LEAST_ONCE, TASK_AT_MOST_ONCE, CallRequest

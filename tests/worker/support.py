@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import redis
 
+from tests.integration.polling import wait_until
 from wire import keys
 from wire.formats import parse_frame
 from wire.models import CallOutcome, CallRequest
@@ -42,15 +41,3 @@ def next_reply(client: redis.Redis, reply_to: str, timeout: float = 5.0) -> tupl
 def no_reply(client: redis.Redis, reply_to: str) -> bool:
     """Whether nothing is (left) on ``reply_to``'s reply list."""
     return client.llen(keys.reply(reply_to)) == 0
-
-
-def wait_until(
-    condition: Callable[[], object], timeout: float = 5.0, interval: float = 0.01
-) -> bool:
-    """Poll ``condition`` until it is true or ``timeout`` seconds pass; its last answer."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return bool(condition())

@@ -1,4 +1,4 @@
-"""executor.backend.ReplyBackend: what Celery's main process reports becomes an outcome.
+"""executor.seams.backend.ReplyBackend: what Celery's main process reports becomes an outcome.
 
 Celery calls the backend with the request's context as ``request``; all the backend
 reads of it is ``.kwargs`` and ``.hostname``, so a plain namespace stands in for it.
@@ -14,9 +14,8 @@ import redis
 from billiard.exceptions import TimeLimitExceeded, WorkerLostError
 from celery import Celery
 
-from executor.backend import ReplyBackend
-from executor.exits import DeliveriesExhausted, StoreUnavailable
-from executor.task import finish
+from executor.errors import DeliveriesExhausted, StoreUnavailable
+from executor.seams.backend import ReplyBackend
 from wire import keys
 from wire.formats import parse_state
 from wire.models import CallOutcome, CallRequest, ErrorKind
@@ -31,7 +30,7 @@ HOST = "w1@host"
 @pytest.fixture
 def backend(celery_app: Celery, settings: Settings) -> ReplyBackend:
     """The backend as :func:`executor.task.register_tasks` builds it."""
-    return ReplyBackend(app=celery_app, settings=settings, finish=finish)
+    return ReplyBackend(app=celery_app, settings=settings)
 
 
 def context(call: CallRequest) -> SimpleNamespace:
@@ -100,7 +99,7 @@ def test_a_revoked_call_reaches_the_caller_as_expired_or_lost(
 def test_a_request_without_a_valid_call_is_logged_and_nothing_is_pushed(
     backend: ReplyBackend, client: redis.Redis, caplog: pytest.LogCaptureFixture, request_: object
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="executor.backend"):
+    with caplog.at_level(logging.WARNING, logger="executor.seams.backend"):
         backend.mark_as_failure("task-1", WorkerLostError("gone"), request=request_)
         backend.mark_as_revoked("task-1", "expired", request=request_)
 

@@ -1,4 +1,4 @@
-"""executor.transport's batched read: one ``BLMPOP`` per wake-up, within prefetch.
+"""executor.seams.batched_read: one ``BLMPOP`` per wake-up, within prefetch.
 
 Each test runs kombu's consumer on toolexec's transport against a private Redis, as the
 worker's main process does (``connection.drain_events``: the channel's ``_brpop_start``
@@ -22,10 +22,12 @@ import redis
 from celery import Celery
 from kombu.transport import redis as kombu_redis
 
-from executor.celery_app import create_app
-from executor.transport import BATCH_MAX, Channel
+from executor.seams.app import create_app
+from executor.seams.batched_read import BATCH_MAX
+from executor.seams.transport import Channel
 from toolexec import RedisServer
 from wire import keys
+from wire.copies import sent_again
 from wire.settings import Settings
 
 #: SHA-256 of ``inspect.getsource(kombu.transport.redis.Channel._brpop_start)``, kombu 5.7.0.
@@ -100,7 +102,7 @@ def test_kombus_brpop_start_is_still_the_method_toolexecs_channel_copied() -> No
     source = inspect.getsource(kombu_redis.Channel._brpop_start)
 
     assert hashlib.sha256(source.encode()).hexdigest() == KOMBU_BRPOP_START_SHA256, (
-        "kombu's Channel._brpop_start changed: carry the change into executor/transport.py's "
+        "kombu's Channel._brpop_start changed: carry the change into executor/seams/batched_read.py's "
         "batched _brpop_start, then update KOMBU_BRPOP_START_SHA256"
     )
 
@@ -203,13 +205,16 @@ def test_the_messages_after_one_whose_delivery_broke_go_back_on_their_queue_once
             connection.drain_events(timeout=5)
 
         # The first was delivered; the second is kombu's to put back (it was delivered,
-        # unacknowledged); the three the read took after it are back on the queue.
+        # unacknowledged); the three the read took after it are back at the front of the
+        # queue, in the order they were taken (the next read takes the first of them), as
+        # copies sent again (wire.copies): flagged, generation 0, the original text after.
         assert [m.payload["n"] for m in taken] == [0]
-        assert sorted(store.lrange(queue.name, 0, -1)) == sorted(queued[2:])
+        again = [sent_again(item, 0).encode() for item in queued[2:]]
+        assert list(reversed(store.lrange(queue.name, 0, -1))) == again
 
         # Put back a second time (an answer lost): nothing is queued twice.
         channel._put_back_unread(queued[2:], queue.name)
-        assert sorted(store.lrange(queue.name, 0, -1)) == sorted(queued[2:])
+        assert list(reversed(store.lrange(queue.name, 0, -1))) == again
         assert store.exists(keys.restored(hashlib.sha256(queued[2]).hexdigest(), queue.name))
 
 
@@ -231,7 +236,7 @@ def test_a_broker_that_refuses_blmpop_is_read_with_brpop_after_one_warning(
     publish(app, queue, 3)
     taken: list[Any] = []
     with (
-        caplog.at_level(logging.WARNING, logger="executor.transport"),
+        caplog.at_level(logging.WARNING, logger="executor.seams.batched_read"),
         app.connection_for_read() as connection,
     ):
         consumer = kombu.Consumer(

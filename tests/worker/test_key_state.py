@@ -1,5 +1,5 @@
 """An idempotency key's state through whole calls: the client's claim script, then the
-worker's begin and complete (:mod:`executor.idempotency`), on a Redis of their own.
+worker's begin and complete (:mod:`executor.claims`), on a Redis of their own.
 
 Each path of the one state key (``run:``, ``wait:``, ``done:``, :mod:`wire.formats`)
 is walked here: the first delivery and what it costs in commands, a redelivery after
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from executor.idempotency import begin, complete, release
+from executor.claims import begin, complete, release
 from toolexec import RedisServer
 from wire import keys
 from wire.formats import KeyState, reply_frame, running_state

@@ -20,7 +20,7 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from executor.deadletter import Refusal
+from executor.seams.deadletter import Refusal
 from toolexec import RedisServer
 from wire import keys
 from wire.keys import DEADLETTER_PAYLOAD_BYTES
@@ -124,6 +124,16 @@ def test_each_kind_of_poison_is_counted_under_its_reason(
         assert after[reason.value] == before.get(reason.value, 0) + 1
     assert 0 < client.ttl(keys.DEADLETTER) <= keys.DEADLETTER_TTL
     assert 0 < client.ttl(keys.DEADLETTER_COUNT) <= keys.DEADLETTER_TTL
+
+
+@pytest.mark.parametrize("item", [b"null", b"true", b"42", b'"text"', b"[]", b" null "])
+def test_an_item_of_one_json_value_that_is_no_envelope_is_dead_lettered_as_such(
+    path: MessagePath, item: bytes
+) -> None:
+    fed = path.feed(item)
+
+    assert_refused(fed, item, path)
+    assert fed.dead_letters[0]["reason"] == Refusal.NOT_AN_ENVELOPE.value
 
 
 def test_an_item_larger_than_any_call_a_client_can_send_is_refused_unread(

@@ -1,9 +1,9 @@
-"""executor.transport and the app's wiring: the copied kombu method is pinned.
+"""executor.seams.transport and the app's wiring: the copied kombu method is pinned.
 
 kombu has no hook between ``BRPOP`` and its ``loads``, so toolexec's channel carries a
 copy of kombu 5.7.0's ``Channel._brpop_read`` with the decode guarded. The first test
 fails as soon as kombu's own method changes: compare the new source with
-``executor/transport.py``'s copy, carry the change over, then update the digest here.
+``executor/seams/transport.py``'s copy, carry the change over, then update the digest here.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import redis
 from celery.worker.consumer import Consumer as CeleryConsumer
 from kombu.transport import redis as kombu_redis
 
-from executor.celery_app import create_app
-from executor.consumer import Consumer
-from executor.deadletter import Refusal
-from executor.transport import (
+from executor.seams.app import create_app
+from executor.seams.consumer import Consumer
+from executor.seams.deadletter import Refusal
+from executor.seams.transport import (
     BROKER_URL_OPTION,
     MAX_ITEM_OPTION,
     REDIS_URL_OPTION,
@@ -47,7 +47,7 @@ def test_kombus_brpop_read_is_still_the_method_toolexecs_channel_copied() -> Non
 
     assert "self.connection._deliver(loads(bytes_to_str(item)), dest)" in source
     assert hashlib.sha256(source.encode()).hexdigest() == KOMBU_BRPOP_READ_SHA256, (
-        "kombu's Channel._brpop_read changed: carry the change into executor/transport.py's "
+        "kombu's Channel._brpop_read changed: carry the change into executor/seams/transport.py's "
         "copy, then update KOMBU_BRPOP_READ_SHA256"
     )
 
@@ -61,7 +61,7 @@ def test_the_worker_app_reads_its_queues_through_toolexecs_transport_and_consume
     )
     app = create_app(settings)
 
-    assert app.conf.worker_consumer == "executor.consumer:Consumer"
+    assert app.conf.worker_consumer == "executor.seams.consumer:Consumer"
     options = app.conf.broker_transport_options
     assert options[REDIS_URL_OPTION] == settings.redis_url
     assert options[MAX_ITEM_OPTION] == 2 * 1000 + 65_536
@@ -98,7 +98,7 @@ def test_a_broker_that_is_not_redis_keeps_the_transport_its_url_names(
     app = create_app(settings)
 
     assert app.conf.broker_transport is None
-    assert app.conf.worker_consumer == "executor.consumer:Consumer"
+    assert app.conf.worker_consumer == "executor.seams.consumer:Consumer"
     assert issubclass(Consumer, CeleryConsumer)
 
 

@@ -1,4 +1,4 @@
-"""executor.request: an at-least-once call whose process keeps dying is given up.
+"""executor.seams.request: an at-least-once call whose process keeps dying is given up.
 
 The request is built as Celery's consumer builds it, from a kombu message in the
 client's own format, taken by a pool child whose pid has exited; ``on_failure`` then
@@ -21,9 +21,9 @@ from celery import Celery
 from celery.worker.request import Request
 from kombu.message import Message
 
-from executor.exits import ProcessRetired
-from executor.identity import holder
+from executor.errors import ProcessRetired
 from executor.task import register_tasks
+from executor.worker import holder
 from toolexec import free_port
 from wire import keys
 from wire.formats import running_state, waiter_entry

@@ -1,4 +1,4 @@
-"""executor.request: the task's Celery request frees the marker of a pool child that died.
+"""executor.seams.request: the task's Celery request frees the marker of a pool child that died.
 
 The request is built as Celery's consumer builds it, from a kombu message in the
 client's own format (:mod:`wire.message`), and taken by a pool child whose pid has
@@ -20,9 +20,9 @@ from celery import Celery
 from celery.worker.request import Request
 from kombu.message import Message
 
-from executor.identity import holder
-from executor.request import release_dead_child, request_class
+from executor.seams.request import release_dead_child, request_class
 from executor.task import register_tasks
+from executor.worker import holder
 from toolexec import free_port
 from wire import keys
 from wire.formats import running_state, waiter_entry
@@ -239,7 +239,7 @@ def test_release_dead_child_never_raises_so_celerys_own_handling_still_runs(
     unreachable = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
     call = make_call("book", idempotency_key=unique("key"))
     # Celery's in-process worker sets the root level to ERROR; capture this logger's warnings.
-    caplog.set_level(logging.WARNING, logger="executor.request")
+    caplog.set_level(logging.WARNING, logger="executor.seams.request")
 
     assert release_dead_child({"tool": "book"}, settings=settings, tag="w|1") is False
     assert release_dead_child(None, settings=settings, tag="w|1") is False

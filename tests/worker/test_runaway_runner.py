@@ -1,4 +1,4 @@
-"""executor.runner and executor.exits: what a hard limit can stop, and tools that exit.
+"""executor.runner and executor.limits: what a hard limit can stop, and tools that exit.
 
 A sync tool runs in a thread, which cannot be stopped: past its hard limit it is
 abandoned and counted (``runaways()``), and a prefork pool child then retires
@@ -21,9 +21,10 @@ from typing import Any
 
 import pytest
 
-from executor import identity, runner
-from executor.exits import ProcessRetired, retire_if_runaway
-from executor.runner import execute, runaways
+from executor import limits, worker
+from executor.errors import ProcessRetired
+from executor.limits import retire_if_runaway, runaways
+from executor.runner import execute
 from wire.models import CallOutcome, CallRequest, ErrorKind
 
 from .conftest import Register
@@ -163,7 +164,7 @@ def test_an_async_tool_that_ignores_cancellation_is_abandoned_with_its_loop_and_
 
     assert (kind, type_name) == (ErrorKind.HARD_TIMEOUT, "ToolHardTimeout")
     assert message.endswith("and was stopped")
-    assert 0.2 + runner._CANCEL_GRACE <= elapsed < 0.2 + runner._CANCEL_GRACE + 1.0
+    assert 0.2 + limits._CANCEL_GRACE <= elapsed < 0.2 + limits._CANCEL_GRACE + 1.0
     assert runaways() == before + 1
     frozen = len(steps)
     # The next async call on this thread gets a fresh loop; the abandoned one never runs.
@@ -171,7 +172,7 @@ def test_an_async_tool_that_ignores_cancellation_is_abandoned_with_its_loop_and_
     assert len(steps) == frozen
     # Taking a fresh loop closed the abandoned one (nothing of it is left to the garbage
     # collector), so its task can never resume; it stays referenced, still pending.
-    loop, task = runner._abandoned[-1]
+    loop, task = limits._abandoned[-1]
     assert loop.is_closed() and not task.done()
     release.set()
 
@@ -189,7 +190,7 @@ def test_an_async_tool_that_honours_cancellation_is_stopped_at_its_hard_limit_an
 
     assert (kind, type_name) == (ErrorKind.HARD_TIMEOUT, "ToolHardTimeout")
     assert message.endswith("and was stopped")
-    assert time.monotonic() - started < 0.2 + runner._CANCEL_GRACE
+    assert time.monotonic() - started < 0.2 + limits._CANCEL_GRACE
     assert runaways() == before
 
 
@@ -218,7 +219,7 @@ def test_only_a_prefork_child_with_a_runaway_retires(
     try:
         run(register(spin, hard_timeout=0.1))
         retire_if_runaway()  # a runaway, but this is the worker's process (solo, threads): stays
-        monkeypatch.setattr(identity, "_main_pid", os.getpid() + 1)  # now a pool child
+        monkeypatch.setattr(worker, "_main_pid", os.getpid() + 1)  # now a pool child
         with pytest.raises(ProcessRetired):
             retire_if_runaway()
     finally:

@@ -1,7 +1,7 @@
 """wire.scripts: scripts run by SHA, and loaded again the one way when the server forgot them.
 
 On the worker's client (``LuaScript.run``) and in a pipeline of the agent's I/O link
-(``agent_client.io.Link``, which sends :func:`wire.scripts.reloading`).
+(``agent_client._io.link.Link``, which sends :func:`wire.scripts.reloading`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 import redis
 
-from agent_client.io import Arg, Link
+from agent_client._io.link import Arg, Link
 from toolexec import RedisServer
 from wire import keys
-from wire.scripts import PUSH_ONCE, RELEASE, reloading
+from wire.copies import PUSH_ONCE
+from wire.scripts import RELEASE, reloading
 
 from .keyed import HOLDER, TTL_MS
 from .support import unique
@@ -41,7 +42,7 @@ def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer
 
 
 def run_on_link(url: str, commands: list[tuple[Arg, ...]]) -> list[Any]:
-    """``commands`` as one pipeline on the agent's I/O link (agent_client.io.Link)."""
+    """``commands`` as one pipeline on the agent's I/O link (agent_client._io.link.Link)."""
 
     async def execute() -> list[Any]:
         link = Link(url)

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from wire import keys
+from wire.copies import PUSH_ONCE
 from wire.formats import (
     KeyState,
     parse_frame,
@@ -26,7 +27,6 @@ from wire.scripts import (
     CLAIM,
     COMPLETE,
     DELIVER,
-    PUSH_ONCE,
     RELEASE,
     RELEASE_HOLDER,
     pair,

@@ -23,8 +23,8 @@ import redis
 from celery import Celery, signals
 
 from executor import report_progress
+from executor.errors import ToolCallFailed
 from executor.task import run_call
-from executor.tracing import ToolCallFailed
 from wire import keys
 from wire.clock import shared_now
 from wire.formats import parse_frame, parse_progress

@@ -17,8 +17,8 @@ import pytest
 import redis
 from celery import Celery
 
-from executor.identity import holder, worker_id
 from executor.task import run_call
+from executor.worker import holder, worker_id
 from wire import keys
 from wire.formats import (
     KeyState,

@@ -3,8 +3,10 @@
 * :mod:`~toolexec.commands.exits` — the exit codes and the one-line failure;
 * :mod:`~toolexec.commands.arguments` — a call's arguments and ``--timeout``;
 * :mod:`~toolexec.commands.call` — ``toolexec call``;
-* :mod:`~toolexec.commands.worker` — the ``celery worker`` command ``toolexec worker`` runs;
-* :mod:`~toolexec.commands.render` — tables for people (``tools``, ``status``).
+* :mod:`~toolexec.commands.worker` — ``toolexec worker``: the ``celery worker`` command it runs;
+* :mod:`~toolexec.commands.status` — ``toolexec tools`` and ``toolexec status``;
+* :mod:`~toolexec.commands.render` — tables for people (``tools``, ``status``);
+* :mod:`~toolexec.commands.demo` — ``toolexec demo``.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from agent_client.deadline import NOT_SET, Timeout
 from toolexec.commands.exits import CommandFailed, ExitCode
+from wire.models import MAX_TIMEOUT
 
 __all__ = ["NO_DEADLINE_WORDS", "parse_arguments", "parse_timeout"]
 
@@ -44,9 +45,10 @@ def parse_timeout(text: str | None) -> Timeout:
         seconds = float(text)
     except ValueError:
         seconds = math.nan
-    if not math.isfinite(seconds) or seconds <= 0:
+    if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_TIMEOUT:
         raise CommandFailed(
-            f"--timeout must be a positive number of seconds or 'none', not {text!r}",
+            f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:.0f} (366 days), or 'none', "
+            f"not {text!r}",
             ExitCode.BAD_ARGUMENTS,
         )
     return seconds

@@ -20,39 +20,49 @@ from typing import Any, TextIO
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from agent_client import RemoteToolError, ToolClient, remote_tool
-from agent_client.errors import (
-    BrokerUnavailable,
-    ToolArgumentsInvalid,
-    ToolExecutionError,
-    ToolNotFound,
-    ToolOutcomeUnknown,
-    ToolTimeoutError,
-    WorkerLost,
-)
+from agent_client import RemoteToolError, ToolClient, errors, remote_tool
 from agent_client.progress import ProgressEvent
 from toolexec.commands.arguments import parse_arguments, parse_timeout
 from toolexec.commands.exits import CommandFailed, ExitCode
+from wire.settings import Settings
 
-__all__ = ["HARD_TIMEOUT_TYPE", "call_tool", "exit_code_for"]
+__all__ = ["HARD_TIMEOUT_TYPE", "call_tool", "exit_code_for", "tool_client"]
 
 #: The remote type of a call stopped at its tool's hard limit (executor.runner).
 HARD_TIMEOUT_TYPE = "ToolHardTimeout"
 
-#: Error class -> exit code, most specific first.
+#: Error class of the agent's error tree -> exit code, most specific first.
 _CODES: tuple[tuple[type[RemoteToolError], ExitCode], ...] = (
-    (ToolOutcomeUnknown, ExitCode.OUTCOME_UNKNOWN),
-    (ToolArgumentsInvalid, ExitCode.BAD_ARGUMENTS),
-    (ToolTimeoutError, ExitCode.TIMEOUT),
-    (ToolNotFound, ExitCode.NOT_FOUND),
-    (BrokerUnavailable, ExitCode.BROKER_UNAVAILABLE),
-    (WorkerLost, ExitCode.WORKER_LOST),
+    (errors.ToolOutcomeUnknown, ExitCode.OUTCOME_UNKNOWN),
+    (errors.ToolArgumentsInvalid, ExitCode.BAD_ARGUMENTS),
+    (errors.ToolTimeoutError, ExitCode.TIMEOUT),
+    (errors.ToolNotFound, ExitCode.NOT_FOUND),
+    (errors.BrokerUnavailable, ExitCode.BROKER_UNAVAILABLE),
+    (errors.WorkerLost, ExitCode.WORKER_LOST),
+    (errors.ToolCancelled, ExitCode.CANCELLED),
 )
+
+
+@contextmanager
+def tool_client(settings: Settings) -> Iterator[ToolClient]:
+    """A :class:`ToolClient` of ``settings``, closed on exit.
+
+    Raises:
+        CommandFailed: The client cannot publish to the settings' broker (exit code 8).
+    """
+    try:
+        client = ToolClient(settings)
+    except ValueError as exc:  # a broker the client cannot publish to
+        raise CommandFailed(str(exc), ExitCode.BAD_SETTINGS) from None
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 def exit_code_for(error: RemoteToolError) -> ExitCode:
     """The exit code of a call that raised ``error`` (a hard timeout is a timeout)."""
-    if isinstance(error, ToolExecutionError):
+    if isinstance(error, errors.ToolExecutionError):
         return ExitCode.TIMEOUT if error.remote_type == HARD_TIMEOUT_TYPE else ExitCode.TOOL_ERROR
     for kind, code in _CODES:
         if isinstance(error, kind):
@@ -121,7 +131,7 @@ def _print_failure(
     if not as_json:
         return
     described: dict[str, Any] = {"type": type_name, "message": message, "exit_code": int(code)}
-    if isinstance(error, ToolExecutionError):
+    if isinstance(error, errors.ToolExecutionError):
         described |= {"remote_type": error.remote_type, "remote_message": error.remote_message}
     print(
         json.dumps({"ok": False, "tool": tool, "error": described}, ensure_ascii=False),

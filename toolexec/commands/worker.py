@@ -1,17 +1,19 @@
 """``toolexec worker``: the ``celery worker`` command it runs, with the project's defaults.
 
-``toolexec worker`` replaces itself (``exec``) with::
+``toolexec worker`` (:func:`run_worker`) replaces itself (``exec``) with::
 
-    python -m celery -A executor worker -E --without-gossip --without-mingle -P POOL
+    python -m celery -A executor worker --without-gossip --without-mingle -P POOL
         [-c N] [-Q QUEUES] [-n NAME] [-l LEVEL] [EXTRA...]
 
 so the worker keeps the PID a supervisor started and gets its signals. Defaults:
 
-* ``-E``: task events on, so Flower and ``celery events`` see every call;
+* no ``-E``: task events as ``TOOLEXEC_TASK_EVENTS`` says (:mod:`executor.seams.events`):
+  by default none until a monitor turns them on (Flower does), ``on`` from the start;
 * ``--without-gossip --without-mingle``: toolexec uses neither Celery's worker-to-worker
   event subscription nor its start-up sync of revoked tasks, and both cost broker
   traffic that grows with the number of workers; Celery's own worker heartbeat events
-  stay on, for Flower;
+  stay on, for Flower, and with them the event dispatcher that a monitor's
+  ``enable_events`` turns task events on in;
 * ``-P prefork``, Celery's concurrency (one process per CPU), every queue a registered
   tool names plus ``default``, and Celery's log level (WARNING), unless given.
 
@@ -25,20 +27,62 @@ works as before; this is a shorter way to the same worker.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from toolexec.commands.exits import CommandFailed, ExitCode
 from toolexec.worker_process import Pool, pool_env
 from wire.settings import ENVIRONMENT_VARIABLES, Settings
 
-__all__ = ["LOG_LEVELS", "POOLS", "check_tool_modules", "worker_argv", "worker_env"]
+__all__ = ["LOG_LEVELS", "POOLS", "check_tool_modules", "run_worker", "worker_argv", "worker_env"]
 
 #: ``--pool`` choices.
 POOLS: tuple[Pool, ...] = ("prefork", "threads", "solo", "asyncio")
 #: ``--loglevel`` choices (Celery's).
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def run_worker(
+    *,
+    queues: Sequence[str],
+    concurrency: int | None,
+    pool: Pool,
+    metrics_port: int | None,
+    metrics_host: str | None,
+    log_format: str | None,
+    loglevel: str | None,
+    hostname: str | None,
+    celery_args: Sequence[str],
+) -> NoReturn:
+    """Run ``toolexec worker``: check the options, then become the ``celery worker`` (same PID).
+
+    ``queues`` are the ``-Q`` words as given: comma-separated, repeated, or both.
+
+    Raises:
+        CommandFailed: A bad ``--loglevel`` (exit code 2), or a tool module that is not
+            found (8).
+        ConfigurationError: The worker's ``TOOLEXEC_*`` settings do not parse (exit code 8).
+    """
+    if loglevel is not None and loglevel.upper() not in LOG_LEVELS:
+        raise CommandFailed(
+            f"--loglevel must be one of {', '.join(LOG_LEVELS)}, not {loglevel!r}",
+            ExitCode.BAD_ARGUMENTS,
+        )
+    split = [q.strip() for word in queues for q in word.split(",") if q.strip()]
+    env = worker_env(
+        os.environ, pool=pool, metrics_port=metrics_port, metrics_host=metrics_host, log_format=log_format
+    )
+    check_tool_modules(Settings.from_env(env), Path.cwd())
+    argv = worker_argv(
+        pool=pool, concurrency=concurrency, queues=split, name=hostname, loglevel=loglevel,
+        extra=celery_args,
+    )  # fmt: skip
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(argv[0], argv, env)
 
 
 def worker_argv(
@@ -53,7 +97,7 @@ def worker_argv(
     """The ``celery worker`` command line ``toolexec worker`` runs (module docstring)."""
     argv = [
         sys.executable, "-m", "celery", "-A", "executor", "worker",
-        "-E", "--without-gossip", "--without-mingle",
+        "--without-gossip", "--without-mingle",
         "-P", "custom" if pool == "asyncio" else pool,
     ]  # fmt: skip
     if concurrency is not None:

@@ -5,7 +5,9 @@ Tools: the starter catalogue (``tasks``), ``examples.my_tools``, the agent probe
 (``tests.integration.probe_tools``: ``probe_echo``, ``probe_sleep``, ``probe_fail``...),
 the idempotent counters (``tests.integration.idem_tools``: ``idem_count`` counts
 its executions under a Redis key the test picks, so "ran once" is a number to read)
-and ``own_deadline`` (``deadline_tools``: ``call_context`` with ``@tool(timeout=7)``).
+``own_deadline`` (``deadline_tools``: ``call_context`` with ``@tool(timeout=7)``), and
+``approved_count`` (``@tool(requires_approval=True)``, counting its executions) and
+``progress_steps`` (reports progress) from ``native_tools``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from wire.settings import Settings
 ROOT = Path(__file__).resolve().parents[3]
 FRAMEWORK_TOOL_MODULES = (
     "tasks,examples.my_tools,tests.integration.agent_tools,tests.integration.probe_tools,"
-    "tests.integration.idem_tools,tests.integration.frameworks.deadline_tools"
+    "tests.integration.idem_tools,tests.integration.frameworks.deadline_tools,"
+    "tests.integration.frameworks.native_tools"
 )
 QUEUES = ("default", "payments", "idem", "slow", "single")
 

@@ -19,9 +19,14 @@ from typing import Any
 
 import pytest
 import redis
-from langchain_core.messages import ToolMessage
+from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.errors import NodeTimeoutError
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+from langgraph.types import Command, TimeoutPolicy
 
 from agent_client import (
     BrokerUnavailable,
@@ -32,6 +37,7 @@ from agent_client import (
     run_scope,
 )
 from agent_client.deadline import NOT_SET, Timeout
+from agent_client.frameworks.langchain import TOOL_PROGRESS, ApprovalUnavailable
 from examples.langchain_agent import Turn, scripted, tool_agent
 from tests.integration.frameworks.examples import assert_example_prints_its_docstring
 from tests.integration.polling import wait_until
@@ -410,6 +416,125 @@ def test_the_proxys_timeout_wins_over_remote_tools_default_and_that_over_the_too
         assert tool_messages(state)[0].status == "success"
 
     assert deadlines == [2.0, 4.0, 10.0]
+
+
+# -- approval, as LangChain asks for it: LangGraph's interrupt ------------------------------
+
+
+def approval_run(tools: list[BaseTool], counter: str, mode: str) -> tuple[Any, RunnableConfig, dict[str, Any]]:
+    """A checkpointed agent whose model calls ``approved_count`` once; its state, paused."""
+    agent = tool_agent(scripted([("approved_count", {"counter": counter})], "done"), tools, checkpointer=InMemorySaver())
+    config: RunnableConfig = {"configurable": {"thread_id": uuid.uuid4().hex}}
+    return agent, config, invoke(agent, {"messages": [("user", "go")]}, config, mode)
+
+
+def invoke(agent: Any, given: Any, config: RunnableConfig, mode: str) -> dict[str, Any]:
+    if mode == "invoke":
+        state: dict[str, Any] = agent.invoke(given, config)
+    else:
+        state = asyncio.run(agent.ainvoke(given, config))
+    return state
+
+
+@pytest.mark.parametrize(
+    ("decision", "runs_after", "shown"),
+    [
+        ({"type": "approve"}, 1, '{"runs": 1}'),
+        ({"type": "reject", "message": "not today"}, 0, "User rejected the tool call for `approved_count` with reason: not today"),
+    ],
+    ids=["approved", "rejected"],
+)
+def test_a_call_waits_at_langgraphs_interrupt_and_runs_once_if_approved_never_if_rejected(
+    make_tools: MakeTools, mode: str, runs: tuple[str, redis.Redis], decision: dict[str, str], runs_after: int, shown: str
+) -> None:
+    agent, config, paused = approval_run(make_tools("approved_count"), runs[0], mode)
+
+    (pending,) = paused["__interrupt__"]
+    assert pending.value["type"] == "tool_approval"
+    assert (pending.value["name"], pending.value["args"]) == ("approved_count", {"counter": runs[0]})
+    assert pending.value["tool_call_id"] == "call-0-0"
+    assert executions(runs) == 0  # nothing is sent before the decision
+    state = invoke(agent, Command(resume=decision), config, mode)
+
+    (message,) = tool_messages(state)
+    assert message.content == shown
+    assert message.status == ("success" if runs_after else "error")
+    assert answer(state) == "done"
+    assert executions(runs) == runs_after
+
+
+def test_a_resume_that_is_not_a_decision_is_refused_naming_the_two(
+    framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    agent, config, _ = approval_run([remote_tool("approved_count").as_langchain()], runs[0], "invoke")
+
+    with pytest.raises(ValueError, match="resume with {'type': 'approve'} or {'type': 'reject'"):
+        agent.invoke(Command(resume="yes please"), config)
+
+    assert executions(runs) == 0
+
+
+def test_a_tool_that_requires_approval_refuses_to_run_outside_a_langgraph_graph(
+    framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    tool = remote_tool("approved_count").as_langchain()
+    trusted = remote_tool("approved_count", requires_approval=False).as_langchain()
+
+    with pytest.raises(ApprovalUnavailable, match="requires approval, which LangChain asks for with LangGraph"):
+        tool.invoke({"counter": runs[0]})
+    assert executions(runs) == 0
+    assert trusted.invoke({"counter": runs[0]}) == '{"runs": 1}'
+
+
+# -- progress: the graph's custom stream, and its idle timeout -----------------------------
+
+
+def test_progress_reaches_the_graphs_custom_stream_as_events_of_the_call(make_tools: MakeTools, mode: str) -> None:
+    agent = tool_agent(scripted([("progress_steps", {"steps": 3, "pause": 0.15})], "done"), make_tools("progress_steps"))
+    question = {"messages": [("user", "go")]}
+
+    async def collect() -> list[Any]:
+        return [chunk async for chunk in agent.astream(question, stream_mode="custom")]
+
+    chunks = list(agent.stream(question, stream_mode="custom")) if mode == "invoke" else asyncio.run(collect())
+
+    progress = [c for c in chunks if isinstance(c, dict) and c.get("type") == TOOL_PROGRESS]
+    assert progress, chunks
+    assert {(c["tool"], c["tool_call_id"], c["total"]) for c in progress} == {("progress_steps", "call-0-0", 3)}
+    assert (progress[-1]["done"], progress[-1]["message"]) == (3, "step 3")  # the last one always arrives
+
+
+def tool_graph(tools: list[BaseTool], timeout: TimeoutPolicy) -> Any:
+    """A graph of one ``ToolNode`` under ``timeout``."""
+    graph = StateGraph(MessagesState)
+    graph.add_node("tools", ToolNode(tools), timeout=timeout)
+    graph.add_edge(START, "tools")
+    graph.add_edge("tools", END)
+    return graph.compile()
+
+
+def one_call(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {"messages": [AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": "c1", "type": "tool_call"}])]}
+
+
+@pytest.mark.parametrize("refresh_on", ["auto", "heartbeat"])
+def test_progress_refreshes_a_nodes_idle_timeout_while_its_run_timeout_stays(
+    framework_client: ToolClient, refresh_on: str
+) -> None:
+    tools = [remote_tool("progress_steps").as_langchain(), remote_tool("probe_sleep").as_langchain()]
+    policy = TimeoutPolicy(idle_timeout=0.8, run_timeout=3.0, refresh_on=refresh_on)  # type: ignore[arg-type]
+    graph = tool_graph(tools, policy)
+    reporting = one_call("progress_steps", {"steps": 6, "pause": 0.3})  # 1.8 s, a report every 0.3 s
+
+    state = asyncio.run(graph.ainvoke(reporting))
+    with pytest.raises(NodeTimeoutError) as idle:
+        asyncio.run(graph.ainvoke(one_call("probe_sleep", {"seconds": 1.8})))
+    with pytest.raises(NodeTimeoutError) as total:
+        asyncio.run(graph.ainvoke(one_call("progress_steps", {"steps": 12, "pause": 0.3})))
+
+    assert tool_messages(state)[0].artifact == {"steps": 6}  # 1.8 s of work under a 0.8 s idle timeout
+    assert idle.value.kind == "idle"
+    assert total.value.kind == "run"  # progress never stretches the hard total
 
 
 # -- the example --------------------------------------------------------------------------

@@ -592,3 +592,47 @@ def test_run_sync_honours_the_tools_own_bound(kind: Kind, framework_client: Tool
     assert str(raised.value) == "Tool 'probe_sleep' timed out after 0.3s"
     assert raised.value.timeout == 0.3
     assert time.monotonic() - started < 2.0  # before the 2 s tool could have finished
+
+
+# -- approval, as LazyBridge asks for it: the engine's approval gate ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("decision", "ran"),
+    [(lazybridge.ApprovalDecision.allow(), 1), (lazybridge.ApprovalDecision.deny("not today"), 0)],
+    ids=["allowed", "denied"],
+)
+def test_the_engines_gate_is_asked_first_and_a_denied_call_never_reaches_a_worker(
+    decision: lazybridge.ApprovalDecision, ran: int, framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    asked: list[tuple[str, dict[str, Any]]] = []
+
+    def gate(request: lazybridge.ApprovalRequest) -> lazybridge.ApprovalDecision:
+        asked.append((request.name, dict(request.arguments)))
+        return decision
+
+    provider = ScriptedProvider([[("approved_count", {"counter": runs[0]})], "done"])
+    agent = scripted_agent([remote_tool("approved_count")], provider, engine_options={"approval_gate": gate})
+
+    assert agent("go").text() == "done"
+
+    assert asked == [("approved_count", {"counter": runs[0]})]
+    assert executions(runs) == ran
+    (result,) = shown(provider)
+    assert result == ('{"runs": 1}' if ran else "Tool error: not today")
+
+
+def test_without_a_gate_a_tool_that_requires_approval_is_refused_and_nothing_is_sent(
+    framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    counter = runs[0]
+    refused = ScriptedProvider([[("approved_count", {"counter": counter})], "done"])
+    trusted = ScriptedProvider([[("approved_count", {"counter": counter})], "done"])
+
+    scripted_agent([remote_tool("approved_count")], refused)("go")
+    scripted_agent([remote_tools(requires_approval=False)], trusted)("go")
+
+    (text,) = shown(refused)
+    assert text.startswith("Tool error: tool 'approved_count' requires approval, and no approval gate was asked")
+    assert shown(trusted) == ['{"runs": 1}']  # the toolset's override: no approval needed
+    assert executions(runs) == 1

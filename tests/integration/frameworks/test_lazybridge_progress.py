@@ -16,8 +16,8 @@ import pytest
 from lazybridge import CallbackExporter, LLMEngine, Session
 
 from agent_client import ToolClient, configure, remote_tool
-from agent_client.frameworks import lazybridge_events
-from agent_client.frameworks.lazybridge_events import TOOL_PROGRESS
+from agent_client.frameworks import lazybridge as lazybridge_adapter
+from agent_client.frameworks.lazybridge import TOOL_PROGRESS
 from agent_client.testing import ScriptedProvider, scripted_agent
 from toolexec import WorkerProcess
 from wire.settings import Settings
@@ -91,7 +91,7 @@ def test_lazybridge_hands_its_tool_calls_session_and_run_to_the_wrapped_exec_too
     # run_id, ...), wrapped once, however often the adapter asks.
     wrapped = LLMEngine._exec_tool
 
-    lazybridge_events.record_tool_calls()
+    lazybridge_adapter.record_tool_calls()
 
     assert LLMEngine._exec_tool is wrapped
     original = getattr(wrapped, "__wrapped__")  # noqa: B009 - set by functools.wraps

@@ -18,6 +18,8 @@ import pytest
 import redis
 from locus.agent.agent import Agent
 from locus.agent.result import AgentResult
+from locus.control import InMemoryApprovals
+from locus.core.events import InterruptEvent, LocusEvent, ToolCompleteEvent, ToolProgressEvent
 from locus.core.messages import Message, ToolCall
 from locus.hooks.provider import BeforeToolCallEvent, HookPriority, HookProvider
 from locus.models.base import ModelResponse
@@ -48,15 +50,21 @@ class CallDeadlines(HookProvider):
         event.secret_arguments = {CALL_TIMEOUT: self._seconds.pop(0)}
 
 
-def locus_tools(kind: str, names: list[str], timeout: float | None = None) -> list[Any]:
-    """``names`` as single proxies with ``timeout``, or the catalogue with it as its default."""
+def locus_tools(
+    kind: str, names: list[str], timeout: float | None = None, approvals: InMemoryApprovals | None = None
+) -> list[Any]:
+    """``names`` as single proxies with ``timeout``, or the catalogue with it as its default.
+
+    The catalogue holds a tool that requires approval, so it records decisions in
+    ``approvals`` (a fresh store if none is given).
+    """
     if kind == "remote_tool":
         if timeout is None:
-            return [remote_tool(name).as_locus() for name in names]
-        return [remote_tool(name, timeout=timeout).as_locus() for name in names]
+            return [remote_tool(name).as_locus(approvals=approvals) for name in names]
+        return [remote_tool(name, timeout=timeout).as_locus(approvals=approvals) for name in names]
     toolset = remote_tools() if timeout is None else remote_tools(default_timeout=timeout)
     assert set(names) <= set(toolset.names)
-    return toolset.as_locus()
+    return toolset.as_locus(approvals=approvals if approvals is not None else InMemoryApprovals())
 
 
 def run_agent(
@@ -271,6 +279,74 @@ def test_a_remote_failure_shows_the_model_its_type_and_message(kind: str) -> Non
     assert shown == [
         "Error: ToolExecutionError: tool 'probe_fail' failed: ProbeFailure: no ink left"
     ]
+
+
+# -- approval, as locus asks for it: its admission gate ----------------------------------------
+
+
+async def events_of(stream: Any) -> list[LocusEvent]:
+    return [event async for event in stream]
+
+
+def paused_agent(kind: str, counter: str) -> tuple[Agent, InMemoryApprovals, InterruptEvent]:
+    """An agent whose model calls ``approved_count`` once, and the interrupt its run paused on."""
+    approvals = InMemoryApprovals()
+    model = ScriptedModel([tool_call("approved_count", call_id="c1", counter=counter), text("done")])
+    agent = Agent(model=model, tools=locus_tools(kind, ["approved_count"], approvals=approvals), context_window=32_000)
+    (pause,) = [e for e in asyncio.run(events_of(agent.run("go"))) if isinstance(e, InterruptEvent)]
+    return agent, approvals, pause
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("verdict", ["approved", "denied"])
+def test_a_held_call_is_sent_once_when_approved_and_never_when_denied(kind: str, verdict: str, runs: Runs) -> None:
+    counter, client = runs
+    agent, approvals, pause = paused_agent(kind, counter)
+
+    approval_id = pause.metadata["approval_id"]
+    assert pause.metadata["arguments"] == {"counter": counter}
+    assert client.get(counter) is None  # nothing is sent before the decision
+    approvals.decide(approval_id, verdict, by="ada")  # type: ignore[arg-type]
+    resumed = asyncio.run(events_of(agent.resume(verdict, perform_dangling=True)))
+
+    (done,) = [e for e in resumed if isinstance(e, ToolCompleteEvent) and e.tool_name == "approved_count"]
+    if verdict == "approved":
+        assert json.loads(done.result or "") == {"runs": 1} and int(client.get(counter) or 0) == 1
+    else:
+        assert json.loads(done.result or "")["status"] == "denied" and client.get(counter) is None
+
+
+def test_a_tool_that_requires_approval_needs_a_store_for_the_decisions_unless_overridden(runs: Runs) -> None:
+    counter, client = runs
+
+    with pytest.raises(ValueError, match="requires approval: pass as_locus\\(approvals=...\\)"):
+        remote_tool("approved_count").as_locus()
+    with pytest.raises(ValueError, match="'approved_count' requires approval"):
+        remote_tools().as_locus()
+    trusted = remote_tools(requires_approval={"approved_count": False}).as_locus()
+    _, shown = run_agent(
+        [t for t in trusted if t.name == "approved_count"], [tool_call("approved_count", call_id="c1", counter=counter)]
+    )
+
+    assert [json.loads(s) for s in shown] == [{"runs": 1}] and int(client.get(counter) or 0) == 1
+
+
+# -- progress, as locus streams it ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_progress_streams_live_as_locus_tool_progress_events_between_the_calls_start_and_end(kind: str) -> None:
+    model = ScriptedModel([tool_call("progress_steps", call_id="c1", steps=3, pause=0.15), text("done")])
+    agent = Agent(model=model, tools=locus_tools(kind, ["progress_steps"]), context_window=32_000)
+
+    events = asyncio.run(events_of(agent.run("go")))
+
+    progress = [e for e in events if isinstance(e, ToolProgressEvent)]
+    assert progress, [type(e).__name__ for e in events]
+    assert {(e.tool_name, e.tool_call_id, e.total) for e in progress} == {("progress_steps", "c1", 3)}
+    assert (progress[-1].progress, progress[-1].message) == (3, "step 3")  # the last one always arrives
+    complete = next(i for i, e in enumerate(events) if isinstance(e, ToolCompleteEvent))
+    assert all(events.index(e) < complete for e in progress)
 
 
 # -- the example ------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from agent_client import ToolClient, remote_tools
 from tests.integration.frameworks.examples import assert_example_prints_its_docstring
 from toolexec import ChildProcess, WorkerProcess, free_port
-from toolexec.mcp_server import RUN_ID_META_KEY, TIMEOUT_META_KEY
+from toolexec.mcp import REQUIRES_APPROVAL_META_KEY, RUN_ID_META_KEY, TIMEOUT_META_KEY
 
 from ..conftest import WorkerFactory
 from ..polling import wait_until
@@ -227,6 +227,8 @@ def test_the_tool_list_is_the_live_catalog_with_each_tools_json_schema(
     assert capabilities.tools.list_changed is True
     hints = {t.name: t.annotations.idempotent_hint if t.annotations else None for t in listed}
     assert hints["idem_count"] is True and hints["search"] is None
+    approvals = {t.name for t in listed if (t.meta or {}).get(REQUIRES_APPROVAL_META_KEY) is True}
+    assert approvals == {r.name for r in catalog if r.requires_approval} == {"approved_count"}
 
 
 # -- tools/call ------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from mcp.shared.exceptions import MCPError
 
 from agent_client import ToolClient
 from toolexec import RedisServer
-from toolexec.mcp_server import TIMEOUT_META_KEY
+from toolexec.mcp import TIMEOUT_META_KEY
 from wire.settings import Settings
 
 from ..broker_support import TcpProxy

@@ -34,12 +34,13 @@ from agents import (
     set_tracing_disabled,
     trace,
 )
+from agents.exceptions import ToolTimeoutError as SDKToolTimeoutError
 from agents.testing import ScriptedModel, assistant_message, function_call
-from agents.tracing import Span, Trace
+from agents.tracing import CustomSpanData, Span, Trace
 from agents.tracing.processors import default_processor
 
 from agent_client import ToolClient, remote_tool, remote_tools, run_scope
-from agent_client.frameworks.openai_agents import strict_parameters
+from agent_client.frameworks.openai_agents import TOOL_PROGRESS, strict_parameters
 from agent_client.remote import RemoteTool
 from tests.integration.frameworks.examples import assert_example_prints_its_docstring
 from tests.integration.polling import wait_until
@@ -52,10 +53,11 @@ Turn = list[tuple[str, dict[str, Any] | str]]
 
 
 class TraceIds(TracingProcessor):
-    """Records the id of every trace started and exports nothing (no network)."""
+    """Records the id of every trace started, and every span ended; exports nothing (no network)."""
 
     def __init__(self) -> None:
         self.ids: list[str] = []
+        self.spans: list[Span[Any]] = []
 
     def on_trace_start(self, trace: Trace) -> None:
         self.ids.append(trace.trace_id)
@@ -67,7 +69,7 @@ class TraceIds(TracingProcessor):
         pass
 
     def on_span_end(self, span: Span[Any]) -> None:
-        pass
+        self.spans.append(span)
 
     def shutdown(self) -> None:
         pass
@@ -497,6 +499,107 @@ def test_a_remote_failure_is_text_naming_its_type_and_message_and_the_run_goes_o
     failed, search_failed = shown
     assert failed == "[TOOL_ERROR] tool 'probe_fail' failed: ProbeFailure: no ink left"
     assert search_failed.startswith("[TOOL_ERROR] tool 'search' failed: ValueError:")
+
+
+def test_a_timeout_fails_the_run_with_the_sdks_error_when_the_tool_says_raise_exception() -> None:
+    tool = remote_tool("probe_sleep", timeout=0.3).as_openai_agents()
+    tool.timeout_behavior = "raise_exception"
+
+    with pytest.raises(SDKToolTimeoutError) as raised:
+        run_agent([tool], [[("probe_sleep", {"seconds": 2})]])
+
+    assert (raised.value.tool_name, raised.value.timeout_seconds) == ("probe_sleep", 0.3)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_timeout_is_shown_as_the_tools_timeout_error_function_words_it(kind: str) -> None:
+    tool = named(agent_tools(kind, ["probe_sleep"], timeout=0.3), "probe_sleep")
+    seen: list[tuple[str, float]] = []
+
+    async def worded(ctx: Any, error: Exception) -> str:
+        assert isinstance(error, SDKToolTimeoutError)
+        seen.append((error.tool_name, error.timeout_seconds))
+        return f"{error.tool_name} is slow today"
+
+    tool.timeout_error_function = worded
+    _, custom = run_agent([tool], [[("probe_sleep", {"seconds": 2})]])
+    tool.timeout_error_function = None
+    _, default = run_agent([tool], [[("probe_sleep", {"seconds": 2})]])
+
+    assert custom == ["probe_sleep is slow today"] and seen == [("probe_sleep", 0.3)]
+    assert default == ["Tool 'probe_sleep' timed out after 0.3 seconds."]  # the SDK's own text
+
+
+# -- 5. approval, as the SDK asks for it --------------------------------------------------------
+
+
+def paused_run(tools: list[FunctionTool], counter: str) -> tuple[Agent[Any], RunResult]:
+    """A run whose model calls ``approved_count`` once, stopped for its approval."""
+    model = ScriptedModel(
+        [[function_call("approved_count", {"counter": counter}, call_id="c1")], [assistant_message("done")]]
+    )
+    agent = Agent(name="tester", model=model, tools=[*tools])
+    return agent, asyncio.run(Runner.run(agent, "go"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("verdict", ["approve", "reject"])
+def test_an_approved_call_is_sent_once_and_a_rejected_one_never(kind: str, verdict: str, runs: Runs) -> None:
+    counter, client = runs
+    agent, paused = paused_run(agent_tools(kind, ["approved_count"]), counter)
+
+    (item,) = paused.interruptions
+    assert item.raw_item.name == "approved_count"  # type: ignore[union-attr]
+    assert client.get(counter) is None  # nothing is sent before the decision
+    state = paused.to_state()
+    getattr(state, verdict)(item)
+    result = asyncio.run(Runner.run(agent, state))
+
+    (shown,) = [str(i.output) for i in result.new_items if isinstance(i, ToolCallOutputItem)]
+    assert result.final_output == "done"
+    if verdict == "approve":
+        assert json.loads(shown) == {"runs": 1} and int(client.get(counter) or 0) == 1
+    else:
+        assert shown == "Tool execution was not approved." and client.get(counter) is None
+
+
+def test_a_proxy_override_makes_a_tool_wait_for_approval_or_run_without_it(runs: Runs) -> None:
+    counter, client = runs
+    trusted = remote_tool("approved_count", requires_approval=False).as_openai_agents()
+    gated = remote_tool("search", requires_approval=True).as_openai_agents()
+
+    _, shown = run_agent([trusted], [[("approved_count", {"counter": counter})]])
+
+    assert json.loads(shown[0]) == {"runs": 1} and int(client.get(counter) or 0) == 1
+    assert (trusted.needs_approval, gated.needs_approval) == (False, True)
+
+
+# -- 6. progress, in the SDK's traces ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_progress_report_of_a_traced_run_is_a_custom_span_of_its_call(kind: str, traces: TraceIds) -> None:
+    traces.spans.clear()
+
+    run_agent(agent_tools(kind, ["progress_steps"]), [[("progress_steps", {"steps": 3, "pause": 0.15})]])
+
+    progress = [s for s in traces.spans if isinstance(s.span_data, CustomSpanData) and s.span_data.name == TOOL_PROGRESS]
+    assert progress, "no progress span was recorded"
+    function = {s.span_id for s in traces.spans if s.span_data.type == "function"}
+    assert {s.parent_id for s in progress} <= function and len({s.parent_id for s in progress}) == 1
+    data = [s.span_data.data for s in progress]  # type: ignore[attr-defined]
+    assert {(d["tool"], d["call_id"], d["total"]) for d in data} == {("progress_steps", "c0.0", 3)}
+    assert (data[-1]["done"], data[-1]["message"]) == (3, "step 3")  # the last report always arrives
+
+
+@pytest.mark.usefixtures("tracing_disabled")
+def test_an_untraced_run_records_no_progress_and_still_gets_the_result(traces: TraceIds) -> None:
+    traces.spans.clear()
+
+    _, (shown,) = run_agent(agent_tools("remote_tool", ["progress_steps"]), [[("progress_steps", {"steps": 2})]])
+
+    assert json.loads(shown) == {"steps": 2}
+    assert traces.spans == []
 
 
 # -- the example ------------------------------------------------------------------------------

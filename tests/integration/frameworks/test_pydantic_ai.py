@@ -9,6 +9,7 @@ checked for a single ``remote_tool(...).as_pydantic_ai()`` and for the whole cat
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import warnings
@@ -18,10 +19,23 @@ from typing import Any, NamedTuple
 
 import pytest
 import redis
-from pydantic_ai import Agent, Tool
+from pydantic_ai import (
+    Agent,
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    Tool,
+    ToolDenied,
+)
 from pydantic_ai.exceptions import UnexpectedModelBehavior
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.toolsets import FunctionToolset
 
@@ -34,7 +48,7 @@ from agent_client import (
     run_scope,
 )
 from agent_client.deadline import NOT_SET, Timeout
-from agent_client.frameworks.pydantic_ai import MAX_RETRIES
+from agent_client.frameworks.pydantic_ai import MAX_RETRIES, RemoteToolProgress
 from tests.integration.frameworks.examples import assert_example_prints_its_docstring
 from tests.integration.polling import wait_until
 from toolexec import WorkerProcess
@@ -76,6 +90,24 @@ def scripted(*steps: Step) -> FunctionModel:
         return ModelResponse(parts=[ToolCallPart(name, args) for name, args in step])
 
     return FunctionModel(respond)
+
+
+def streamed(*steps: Step) -> FunctionModel:
+    """:func:`scripted` as a streaming model, so a run can have an ``event_stream_handler``."""
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> Any:
+        turn = sum(isinstance(m, ModelResponse) for m in messages)
+        step = steps[turn]
+        if isinstance(step, str):
+            yield step
+            return
+        calls: DeltaToolCalls = {
+            i: DeltaToolCall(name, json.dumps(args), tool_call_id=f"call-{turn}-{i}")
+            for i, (name, args) in enumerate(step)
+        }
+        yield calls
+
+    return FunctionModel(stream_function=stream)
 
 
 def tools(kind: str, name: str, *, timeout: Timeout = NOT_SET) -> list[Tool[Any]]:
@@ -288,7 +320,7 @@ def test_an_enclosing_run_scope_spans_two_agent_runs(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_timeout_is_a_retry_naming_the_tool_and_the_run_goes_on_with_no_thread_left(
+def test_a_timeout_is_a_failed_tool_result_naming_the_tool_and_the_run_goes_on_with_no_thread_left(
     kind: str, framework_client: ToolClient
 ) -> None:
     # The client's one reply listener starts with its first call; count threads after it.
@@ -304,7 +336,7 @@ def test_a_timeout_is_a_retry_naming_the_tool_and_the_run_goes_on_with_no_thread
     elapsed = time.monotonic() - started
 
     (shown,) = returns(result)
-    assert shown.outcome == "retried"
+    assert shown.outcome == "failed"
     assert shown.content == (
         "tool 'probe_sleep' timed out after 0.3s; the call was abandoned. Call it again or carry on without it."
     )
@@ -325,7 +357,7 @@ def test_a_retry_after_a_timeout_waits_for_the_same_execution(
 
     timed_out, joined = returns(run(agent))
 
-    assert timed_out.outcome == "retried"
+    assert timed_out.outcome == "failed"
     assert timed_out.content == (
         "tool 'idem_count' timed out after 1.5s; calling it again with the same arguments waits for the same "
         "execution."
@@ -335,7 +367,7 @@ def test_a_retry_after_a_timeout_waits_for_the_same_execution(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_remote_exception_is_a_retry_with_its_type_and_message_and_the_run_goes_on(
+def test_a_remote_exception_is_a_failed_tool_result_with_its_type_and_message_and_the_run_goes_on(
     kind: str, framework_client: ToolClient
 ) -> None:
     agent = Agent(
@@ -346,24 +378,53 @@ def test_a_remote_exception_is_a_retry_with_its_type_and_message_and_the_run_goe
     result = run(agent)
 
     (shown,) = returns(result)
-    assert shown.outcome == "retried"
+    assert shown.outcome == "failed"
     assert shown.content == "tool 'probe_fail' failed: ProbeFailure: boom"
     assert result.output == "carried on"
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_each_remote_tool_gets_max_retries_before_pydantic_ai_ends_the_run(
+def test_invalid_arguments_get_max_retries_before_pydantic_ai_ends_the_run(
     kind: str, framework_client: ToolClient
 ) -> None:
-    fail: Step = [("probe_fail", {"message": "boom"})]
-    within = Agent(scripted(*[fail] * MAX_RETRIES, "gave up"), tools=tools(kind, "probe_fail"))
-    beyond = Agent(scripted(*[fail] * (MAX_RETRIES + 1), "never"), tools=tools(kind, "probe_fail"))
+    bad: Step = [("probe_echo", {"text": "x", "number": "one"})]
+    within = Agent(scripted(*[bad] * MAX_RETRIES, "gave up"), tools=tools(kind, "probe_echo"))
+    beyond = Agent(scripted(*[bad] * (MAX_RETRIES + 1), "never"), tools=tools(kind, "probe_echo"))
 
     assert run(within).output == "gave up"
     with pytest.raises(
         UnexpectedModelBehavior, match=f"exceeded max retries count of {MAX_RETRIES}"
     ):
         run(beyond)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_four_timeouts_in_a_row_cost_no_retry_and_the_run_ends_with_the_models_answer(
+    kind: str, framework_client: ToolClient
+) -> None:
+    sleep: Step = [("probe_sleep", {"seconds": 1.0})]
+    proxy = 0.2 if kind == "remote_tool" else NOT_SET
+    framework = None if kind == "remote_tool" else 0.2
+    model = scripted(*[sleep] * (MAX_RETRIES + 1), "the model's answer")
+    agent = Agent(model, tools=tools(kind, "probe_sleep", timeout=proxy), tool_timeout=framework)
+
+    result = run(agent)
+
+    assert [shown.outcome for shown in returns(result)] == ["failed"] * (MAX_RETRIES + 1)
+    assert result.output == "the model's answer"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_failures_never_use_up_the_retries_that_invalid_arguments_get(
+    kind: str, framework_client: ToolClient
+) -> None:
+    fail: Step = [("probe_fail", {"message": "boom"})]
+    agent = Agent(scripted(*[fail] * (2 * MAX_RETRIES), "carried on"), tools=tools(kind, "probe_fail"))
+
+    result = run(agent)
+
+    assert {shown.outcome for shown in returns(result)} == {"failed"}
+    assert result.output == "carried on"
 
 
 def test_an_unreachable_broker_ends_the_run_instead_of_asking_the_model_to_retry(
@@ -386,6 +447,100 @@ def test_an_unreachable_broker_ends_the_run_instead_of_asking_the_model_to_retry
             run(agent)
     finally:
         dead.close()
+
+
+# -- 5. approval, as pydantic-ai asks for it ---------------------------------------------
+
+
+def approving(kind: str, counter: str, **options: Any) -> tuple[Agent[None, Any], AgentRunResult[Any]]:
+    """An agent whose model calls ``approved_count`` once, and its first run, paused."""
+    model = scripted([("approved_count", {"counter": counter})], "done")
+    agent: Agent[None, Any] = Agent(
+        model, tools=tools(kind, "approved_count"), output_type=[str, DeferredToolRequests], **options
+    )
+    return agent, agent.run_sync("go")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_approved_call_is_sent_once_after_the_run_paused_for_it(
+    kind: str, framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    agent, paused = approving(kind, runs[0])
+
+    assert isinstance(paused.output, DeferredToolRequests)
+    (request,) = paused.output.approvals
+    assert (request.tool_name, request.args) == ("approved_count", {"counter": runs[0]})
+    assert counted(runs) == 0  # nothing is sent before the approval
+    approved = DeferredToolResults(approvals={request.tool_call_id: True})
+    result = agent.run_sync(message_history=paused.all_messages(), deferred_tool_results=approved)
+
+    (shown,) = returns(result)
+    assert shown.outcome == "success" and shown.content == {"runs": 1}
+    assert result.output == "done"
+    assert counted(runs) == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_denied_call_never_reaches_a_worker_and_the_model_is_told_why(
+    kind: str, framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    agent, paused = approving(kind, runs[0])
+
+    (request,) = paused.output.approvals
+    denied = DeferredToolResults(approvals={request.tool_call_id: ToolDenied("not this one")})
+    result = agent.run_sync(message_history=paused.all_messages(), deferred_tool_results=denied)
+
+    (shown,) = returns(result)
+    assert (shown.outcome, shown.content) == ("denied", "not this one")
+    assert result.output == "done"
+    assert counted(runs) == 0
+
+
+def test_a_toolset_or_a_proxy_overrides_whether_a_tool_requires_approval(
+    framework_client: ToolClient, runs: tuple[str, redis.Redis]
+) -> None:
+    trusted = remote_tools(requires_approval={"approved_count": False}).as_pydantic_ai()
+    gated = remote_tool("probe_echo", requires_approval=True).as_pydantic_ai()
+    agent: Agent[None, Any] = Agent(
+        scripted([("approved_count", {"counter": runs[0]}), ("probe_echo", {"text": "x", "number": 1})], "done"),
+        tools=[t for t in trusted if t.name != "probe_echo"] + [gated],
+        output_type=[str, DeferredToolRequests],
+    )
+
+    paused = agent.run_sync("go")
+
+    assert isinstance(paused.output, DeferredToolRequests)
+    assert [call.tool_name for call in paused.output.approvals] == ["probe_echo"]
+    assert counted(runs) == 1  # the toolset's override let it run unasked
+    with pytest.raises(ValueError, match="requires_approval names tools not in this toolset: 'no_such_tool'"):
+        remote_tools(requires_approval={"no_such_tool": True})
+    with pytest.raises(TypeError, match="must be True, False or None; got 'yes'"):
+        remote_tool("probe_echo", requires_approval="yes")  # type: ignore[arg-type]
+
+
+# -- 6. progress, as pydantic-ai events ----------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_remote_tools_progress_reaches_the_runs_event_stream_as_events_of_its_call(
+    kind: str, framework_client: ToolClient
+) -> None:
+    seen: list[RemoteToolProgress] = []
+
+    async def handler(ctx: RunContext[None], events: Any) -> None:
+        async for event in events:
+            if isinstance(event, RemoteToolProgress):
+                seen.append(event)
+
+    agent = Agent(streamed([("progress_steps", {"steps": 3, "pause": 0.15})], "done"), tools=tools(kind, "progress_steps"))
+
+    result = agent.run_sync("go", event_stream_handler=handler)
+
+    assert result.output == "done"
+    assert seen, "no progress event reached the stream"
+    assert {(e.tool_name, e.tool_call_id, e.total) for e in seen} == {("progress_steps", "call-0-0", 3)}
+    assert [e.done for e in seen] == sorted({e.done for e in seen})
+    assert (seen[-1].done, seen[-1].message) == (3, "step 3")  # the last report always arrives
 
 
 # -- the example -------------------------------------------------------------------------

@@ -1,0 +1,352 @@
+"""Hold a call: submit it, wait for it later or from another process, cancel it.
+
+    handle = search.submit({"query": "tides"}, timeout=600)   # sent; returns at once
+    handle.id                                                 # the call id, for later
+    hits = await handle.result(timeout=5)                     # this waiter waits 5 s
+    handle.status()                                           # "queued", "running", ...
+    handle.cancel()                                           # stop it, for real
+    again = attach(handle.id)                                 # from any process
+
+A submitted call is an ordinary call with a record (``wire.handles``), written before its
+message goes out and ended by whoever ends the call: its worker, a cancel that took it
+off its queue, or this process for an outcome it received from another call (one it
+joined). Any process can :func:`attach` to the record for ``TOOLEXEC_HANDLE_TTL``
+seconds after its last change, also after the sender died.
+
+Two clocks end a wait: the waiter's own ``timeout`` (a builtin :class:`TimeoutError`;
+the handle stays usable and the call goes on) and the call's deadline
+(:class:`~agent_client.errors.ToolTimeoutError`, or the error that says how far its send
+got, as for ``invoke``). A tool declared ``@tool(on_abandon="cancel")`` is cancelled when
+its deadline passes while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from agent_client._io import cancels
+from agent_client._io.callstate import SEND_STALL, CallState
+from agent_client._io.link import NotSent
+from agent_client.cancel import cancel_call
+from agent_client.errors import (
+    BrokerUnavailable,
+    RemoteToolError,
+    ToolTimeoutError,
+    deadline_error,
+    result_of,
+)
+from agent_client.progress import ProgressCallback, ProgressEvent, ProgressSink, ToolResult
+from wire import clock as wire_clock
+from wire.handles import Status, status_of
+from wire.models import CallOutcome, ErrorKind, ToolSpec
+
+if TYPE_CHECKING:
+    from agent_client.client import ToolClient
+    from agent_client.prepare import PreparedCall
+
+__all__ = ["CallHandle", "CallNotFound", "held"]
+
+
+class CallNotFound(RemoteToolError):
+    """No call with this id is kept: it was never submitted (``invoke`` keeps no record),
+    or its record ended more than ``TOOLEXEC_HANDLE_TTL`` seconds ago."""
+
+    def __init__(self, call_id: str) -> None:
+        super().__init__(
+            f"no submitted call {call_id!r} is kept: it was never submitted with submit(), or its "
+            "record expired (TOOLEXEC_HANDLE_TTL)",
+            tool="",
+        )
+        self.call_id = call_id
+
+
+class CallHandle:
+    """A call sent with ``RemoteTool.submit`` or found with :func:`attach`.
+
+    Attributes:
+        id: The call's id: give it to :func:`attach` (or ``toolexec cancel``) elsewhere.
+        tool: The tool's name.
+    """
+
+    def __init__(
+        self, client: ToolClient, *, call_id: str, tool: str, queue: str, envelope: str,
+        deadline: float | None, timeout: float | None, spec: ToolSpec | None = None,
+    ) -> None:  # fmt: skip
+        self.id = call_id
+        self.tool = tool
+        self._client = client
+        self._queue = queue
+        self._envelope = envelope
+        self._deadline = deadline  # epoch seconds on the shared clock, or None
+        self._timeout = timeout
+        self._spec = spec
+        self._final: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._outcome: CallOutcome | None = None
+        self._lock = threading.Lock()
+        self._call: PreparedCall | None = None  # the attempt this process sent, if any
+        self._state: CallState | None = None
+        self._sink: ProgressSink | None = None
+        self._streams: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[ProgressEvent | None]]] = []
+        self._on_progress: ProgressCallback | None = None
+        self._expired = False  # the deadline passed with no outcome
+
+    def __repr__(self) -> str:
+        return f"<CallHandle {self.tool} {self.id}>"
+
+    # -- waiting ---------------------------------------------------------------------
+
+    def done(self) -> bool:
+        """Whether this process has the call's outcome (or its deadline's error)."""
+        return self._final.done()
+
+    def result_sync(self, timeout: float | None = None) -> Any:
+        """Block until the call's result; raise its error.
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first (the call goes on).
+            RemoteToolError: The call failed, was cancelled (``ToolCancelled``) or its
+                deadline passed (``ToolTimeoutError``).
+        """
+        waits_until = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if self._expired else self._left()
+            deadline = None if left is None else time.monotonic() + left
+            ends = _sooner(waits_until, deadline)
+            try:
+                return self._final.result(None if ends is None else max(0.0, ends - time.monotonic()))
+            except concurrent.futures.TimeoutError:
+                if deadline is not None and ends == deadline:  # the call's deadline came first
+                    self._expire()
+                    continue
+                raise TimeoutError(f"call {self.id} of {self.tool!r} has not ended yet") from None
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """Wait for the call's result without blocking the event loop; raise its error.
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first (the call goes on).
+            RemoteToolError: As :meth:`result_sync`.
+        """
+        loop = asyncio.get_running_loop()
+        waits_until = None if timeout is None else loop.time() + timeout
+        while True:
+            if self._final.done():
+                return self._final.result()
+            left = None if self._expired else self._left()
+            deadline = None if left is None else loop.time() + left
+            ends = _sooner(waits_until, deadline)
+            try:
+                async with asyncio.timeout_at(ends):
+                    return await asyncio.shield(asyncio.wrap_future(self._final))
+            except TimeoutError:
+                if deadline is not None and ends == deadline:  # the call's deadline came first
+                    self._expire()
+                    continue
+                raise TimeoutError(f"call {self.id} of {self.tool!r} has not ended yet") from None
+
+    async def stream(self) -> AsyncIterator[ProgressEvent | ToolResult]:
+        """Yield the progress the tool reports from now on, then one ``ToolResult``.
+
+        Only the process that submitted the call receives its progress; an attached
+        handle yields its result alone. A failed call raises after its progress.
+        """
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[ProgressEvent | None] = asyncio.Queue()
+        with self._lock:
+            self._streams.append((loop, events))
+        self._final.add_done_callback(lambda _: _put(loop, events, None))
+        try:
+            while (event := await events.get()) is not None:
+                yield event
+            yield ToolResult(await self.result())
+        finally:
+            with self._lock:
+                self._streams = [s for s in self._streams if s[1] is not events]
+
+    # -- asking ------------------------------------------------------------------------
+
+    def status(self) -> Status:
+        """Where the call is: ``queued``, ``running``, ``done``, ``failed``, ``cancelled``,
+        ``expired`` or ``unknown`` (nothing is kept of it). One Redis read.
+
+        Raises:
+            BrokerUnavailable: Redis did not answer.
+        """
+        return self._status(self._client.io.run(self._read_status, timeout=cancels.TIMEOUT + 1))
+
+    async def status_async(self) -> Status:
+        """:meth:`status` without blocking the event loop."""
+        return self._status(await self._client.io.run_async(self._read_status, timeout=cancels.TIMEOUT + 1))
+
+    async def _read_status(self) -> str:
+        store = self._client.io.link(self._client.settings.redis_url, "read")
+        try:
+            record = await cancels.read_record(store, self.id)
+        except NotSent as exc:
+            raise BrokerUnavailable(f"cannot read the status of call {self.id}: {exc}", tool=self.tool) from None
+        return record.get("status", "unknown")
+
+    def _status(self, kept: str) -> Status:
+        outcome = self._outcome
+        if outcome is not None:
+            return status_of(outcome.ok, outcome.error.kind.value if outcome.error else None)
+        if kept == "unknown" and self._call is not None:
+            kept = "queued"  # sent by this process: its record is on its way
+        if kept in ("queued", "running") and self._deadline_passed():
+            return "expired"
+        if kept in ("queued", "running", "done", "failed", "cancelled", "expired"):
+            return kept  # type: ignore[return-value]
+        return "unknown"
+
+    # -- cancelling --------------------------------------------------------------------
+
+    def cancel(self) -> bool:
+        """Cancel the call: a queued one never starts, a running one is stopped (its tool
+        gets its ``cancel_grace``). Returns False if it had ended already.
+
+        Waiters get ``ToolCancelled`` once the call has stopped.
+
+        Raises:
+            BrokerUnavailable: The cancel did not reach Redis (nothing was cancelled).
+        """
+        if self._final.done():
+            return False
+        return self._client.io.run(self._cancel, timeout=2 * cancels.TIMEOUT + 1)
+
+    async def cancel_async(self) -> bool:
+        """:meth:`cancel` without blocking the event loop."""
+        if self._final.done():
+            return False
+        return await self._client.io.run_async(self._cancel, timeout=2 * cancels.TIMEOUT + 1)
+
+    async def _cancel(self) -> bool:
+        client = self._client
+        return await cancel_call(
+            client, self.id, tool=self.tool, queue=self._queue, envelope=self._envelope,
+            generations=client.settings.max_deliveries,
+        )  # fmt: skip
+
+    # -- the call's end, in this process -------------------------------------------------
+
+    def _left(self) -> float | None:
+        return None if self._deadline is None else self._deadline - wire_clock.shared_now()
+
+    def _deadline_passed(self) -> bool:
+        left = self._left()
+        return left is not None and left <= 0
+
+    def _ended(self, outcome: CallOutcome) -> None:
+        """The call's outcome reached this process (on the I/O thread, or at attach)."""
+        with self._lock:
+            if self._final.done():
+                return
+            self._outcome = outcome
+            call = self._call
+        try:
+            if call is not None:
+                value = self._client._result(call, outcome, timeout=self._timeout)
+            else:
+                value = result_of(self.tool, outcome, timeout=self._timeout)
+        except RemoteToolError as exc:
+            self._finish(error=exc)
+        else:
+            self._finish(value=value)
+        lost = outcome.error is not None and outcome.error.kind is ErrorKind.WORKER_LOST
+        if call is not None and (outcome.call_id != self.id or lost):
+            # Joined, answered from the store, or given up by this client's watchdog: no
+            # worker ended this call's record (a second end changes nothing).
+            self._end_record(outcome)
+
+    def _expire(self) -> None:
+        """The call's deadline passed with no outcome: end it as ``invoke`` would."""
+        with self._lock:
+            if self._final.done() or self._expired:
+                return
+            self._expired = True  # its error is on its way to the waiters
+            state, call = self._state, self._call
+        timed_out = ToolTimeoutError(self.tool, self._timeout or 0.0)
+        error: RemoteToolError = timed_out
+        if call is not None:
+            sent = None if state is None else state.abandon()
+            error = deadline_error(
+                self.tool, timed_out, sent, stalled=self._client.publisher.stalled(longer_than=SEND_STALL)
+            )
+            self._client.replies.forget(call.call_id)
+        self._finish(error=error)
+        if self._spec is not None and self._spec.on_abandon == "cancel":
+            self._client.io.submit(self._cancel)
+
+    def _end_record(self, outcome: CallOutcome) -> None:
+        settings = self._client.settings
+        store = self._client.io.link(settings.redis_url, "read")
+
+        async def end() -> None:
+            try:
+                await cancels.end(
+                    store, outcome.model_copy(update={"call_id": self.id}), handle_ttl=settings.handle_ttl,
+                    reply_ttl=settings.reply_ttl, tell_sender=False,
+                )  # fmt: skip
+            except NotSent:
+                pass  # attached processes wait for the deadline instead
+
+        self._client.io.submit(end)
+
+    def _progress(self, event: ProgressEvent) -> object:
+        # The sink's callback: the caller's own, then every open stream().
+        with self._lock:
+            streams = list(self._streams)
+        for loop, events in streams:
+            _put(loop, events, event)
+        callback = self._on_progress
+        return callback(event) if callback is not None else None
+
+    def _finish(self, *, value: Any = None, error: BaseException | None = None) -> None:
+        # Settled after the progress received before the end has been handed over.
+        sink, self._sink = self._sink, None
+        if sink is None:
+            _set(self._final, value=value, error=error)
+        else:
+            sink.then(lambda: _set(self._final, value=value, error=error))
+
+
+#: Each client's handles still referenced, by call id.
+_handles: weakref.WeakKeyDictionary[ToolClient, weakref.WeakValueDictionary[str, CallHandle]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def held(client: ToolClient) -> weakref.WeakValueDictionary[str, CallHandle]:
+    """The handles of ``client`` that are still referenced, by call id (one per call)."""
+    kept = _handles.get(client)
+    if kept is None:
+        kept = _handles[client] = weakref.WeakValueDictionary()
+    return kept
+
+
+def _sooner(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else min(a, b)
+
+
+def _set(future: concurrent.futures.Future[Any], *, value: Any = None, error: BaseException | None = None) -> None:
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+    except concurrent.futures.InvalidStateError:
+        pass  # set already: the first end wins
+
+
+def _put(loop: asyncio.AbstractEventLoop, events: asyncio.Queue[ProgressEvent | None], item: ProgressEvent | None) -> None:
+    try:
+        loop.call_soon_threadsafe(events.put_nowait, item)
+    except RuntimeError:
+        pass  # that loop is closed: nobody reads the stream

@@ -1,0 +1,393 @@
+"""Who holds a call, so that nothing runs twice: begin, complete and release a keyed call;
+same-process joins; and, on RabbitMQ, the holder an at-most-once call gets before it is
+acknowledged.
+
+**Begin and complete.** A call is recorded with who holds it (a holder tag,
+:mod:`wire.formats`): under ``running:<call id>`` by the worker's heartbeat, for every
+call the worker has taken, once it has held it for a moment (only a client whose call
+has waited that long reads it); and, for an idempotent call, in its key's state
+(:func:`wire.keys.state`) before it starts. That one state says who runs the key,
+whether callers joined, or what outcome is stored (:func:`wire.formats.parse_state`).
+
+Each step of an idempotent call is atomic where it must be, and its first delivery
+sends few commands (:mod:`wire.scripts`):
+
+* **begin**: one ``SET NX`` of the state (this delivery's holder tag). Taken means
+  nothing runs the key and nothing is stored: run. Only when the state is taken does
+  the begin script decide: a stored outcome is returned instead of running; a state
+  nobody has begun (callers joined first) or this process's own stale one is taken; a
+  live delivery's is joined as a waiter; a dead holder's (its worker's heartbeat is
+  gone, or its pid on this worker has exited) is taken over.
+* **complete**: an outcome that is kept goes out in one pipeline: stored in the state
+  with ``SET ... GET``, whose previous value says whether anyone joined (then the
+  deliver script tells every waiter), and pushed to the claimant. An outcome that is
+  not kept (or a delivery answered from the store) goes through the complete script:
+  it tells the claimant and every waiter and, unless an outcome is stored, frees the
+  claim and drops this delivery's state, so that a retry runs the call again.
+
+**Same-process joins.** :func:`executor.task.admit` begins a keyed call through
+:data:`running_here`, which makes a second delivery of a key that runs in this same
+process join it rather than run it again (the threads and asyncio pools run several
+deliveries per process); :class:`Admitted` is the call a delivery must run.
+
+**Holding on RabbitMQ.** RabbitMQ forgets a message once its consumer acknowledges it,
+and it puts back by itself every message a consumer that went away had not
+acknowledged. An at-most-once call is acknowledged when its pool process takes it
+(Celery's ``Request.on_accepted``), before its tool runs; its worker's heartbeat names
+it a third of an interval later at most. A worker that died in between took the call
+with it and left no trace, and the caller's watchdog (:mod:`agent_client._io.watchdog`),
+which cannot search RabbitMQ for a message, waited until the deadline, or forever
+without one. So, with an ``amqp://`` broker, the holder of an at-most-once call
+(``running:<call id>``, pid and all) is written
+
+1. by the worker's request, before it acknowledges the call (:func:`hold`): an
+   acknowledged call is always recorded; and
+2. by a prefork pool child, before the tool starts (:func:`hold`, from
+   :func:`executor.task.admit`): the child is told to run the call before the main
+   process acknowledges it, so a started call is always recorded too. On the solo,
+   threads and asyncio pools the request's write comes before the tool in any case.
+
+A dead worker's record with a pid therefore means the call was acknowledged or started:
+the watchdog reports ``WorkerLost``. A worker that died after writing it but before its
+acknowledgement reached RabbitMQ leaves the message to be delivered again; the worker
+that receives that copy finds the record (:func:`started_before`) and refuses it
+(dead-lettered, ``worker_lost``) instead of running the call a second time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, cast
+
+import redis
+from redis.client import Pipeline
+
+from executor.errors import StoreUnavailable
+from executor.registry import ToolDefinition
+from executor.tracing import call_log_fields
+from executor.worker import pid_alive, redis_client, retry_pauses, worker_id
+from wire import keys
+from wire.copies import START
+from wire.formats import (
+    joining_tag,
+    parse_holder_tag,
+    parse_state,
+    reply_frame,
+    running_state,
+    stored_state,
+    waiter_entry,
+)
+from wire.models import CallRequest
+from wire.scripts import BEGIN, COMPLETE, DELIVER, RELEASE, RELEASE_HOLDER, BeginState, pair
+from wire.settings import Settings
+from wire.urls import is_amqp_url
+
+__all__ = [
+    # Begin and complete
+    "begin",
+    "complete",
+    "queue_reply",
+    "release",
+    # Same-process joins
+    "Admitted",
+    "RunningHere",
+    "running_here",
+    # Copies sent again
+    "START_PATIENCE",
+    "may_start",
+    # Holding on RabbitMQ
+    "hold",
+    "holds_before_ack",
+    "started_before",
+    "waits_for_hold",
+]
+
+logger = logging.getLogger(__name__)
+
+_REPLY_PREFIX = keys.reply("")
+
+
+# -- begin and complete ----------------------------------------------------------------
+
+
+def begin(
+    client: redis.Redis, call: CallRequest, *, holder: str, hostname: str, ttl_ms: int, patience: float = 0.0
+) -> tuple[BeginState, str]:
+    """Start a call: ``("run", "")``, ``("stored", outcome JSON)`` or ``("busy", holder)``.
+
+    ``patience`` is how long another worker's heartbeat may be missing before its
+    state is taken over (the heartbeat interval): a Redis restart can let every
+    heartbeat key lapse for a moment, and a live holder's call must not run twice.
+    """
+    if call.idempotency_key is None:
+        # No write here: the worker's heartbeat records who runs a plain call once it
+        # has run for a moment (executor.worker.Heartbeat), keeping a round trip off every call.
+        return "run", ""
+    key = call.idempotency_key
+    state_key = keys.state(key)
+    if client.set(state_key, running_state(holder), nx=True, px=ttl_ms):
+        return "run", ""
+    keys_ = [state_key, keys.waiters(key)]
+    waiter = waiter_entry(call.reply_to, call.call_id)
+    state, value = pair(BEGIN.run(client, keys_, [holder, ttl_ms, "0", waiter]))
+    if state == "busy" and not _alive(client, value, hostname=hostname, patience=patience):
+        # The holder died mid-call: take over. Our waiter entry gets the outcome twice
+        # at worst (once as claimant), and the client drops the second copy.
+        state, value = pair(BEGIN.run(client, keys_, [holder, ttl_ms, "1", waiter]))
+    return cast(BeginState, state), value
+
+
+def complete(
+    client: redis.Redis,
+    call: CallRequest,
+    encoded: str,
+    *,
+    store: bool,
+    holder: str,
+    outcome_ttl: int,
+    reply_ttl: int,
+) -> None:
+    """Deliver ``encoded`` to the caller (and to every joiner of an idempotent call)."""
+    if call.idempotency_key is None or store:
+        pipe = client.pipeline(transaction=False)
+        if call.idempotency_key is not None:
+            pipe.set(keys.state(call.idempotency_key), stored_state(encoded), px=outcome_ttl * 1000, get=True)
+        # A plain call's holder record (if a heartbeat wrote one) is left to its short
+        # TTL: only a caller still waiting reads it, and this one is answered now.
+        queue_reply(pipe, call, encoded, reply_ttl=reply_ttl)
+        if not len(pipe):
+            return
+        results = pipe.execute()
+        if call.idempotency_key is not None and parse_state(results[0]).waiters:
+            # The waiter flag: callers joined this execution; tell each of them.
+            DELIVER.run(
+                client, [keys.waiters(call.idempotency_key)], [encoded, reply_ttl, _REPLY_PREFIX]
+            )
+        return
+    key = call.idempotency_key
+    claimant = waiter_entry(call.reply_to, call.call_id) if call.reply_to else ""
+    COMPLETE.run(
+        client,
+        [keys.state(key), keys.waiters(key), keys.claim(key), keys.running(call.call_id)],
+        [encoded, reply_ttl, _REPLY_PREFIX, claimant, holder],
+    )
+
+
+def queue_reply(pipe: Pipeline, call: CallRequest, encoded: str, *, reply_ttl: int) -> None:
+    """Queue on ``pipe`` the push of ``encoded`` to ``call``'s caller, if it has a reply
+    address, and the refresh of its reply list's TTL."""
+    if call.reply_to:
+        reply = keys.reply(call.reply_to)
+        pipe.rpush(reply, reply_frame(call.call_id, encoded))
+        pipe.expire(reply, reply_ttl)
+
+
+def release(client: redis.Redis, call: CallRequest, *, holder: str) -> bool:
+    """Let go of what ``holder`` (a process that died) holds of ``call``, if it still does:
+    its key's state, or a plain call's heartbeat record.
+
+    Without this a redelivery on another worker would see the holder of a live worker
+    and wait for a call that nobody runs. Callers that joined stay flagged in the
+    state, so the delivery that runs the key next tells them.
+    """
+    if call.idempotency_key is not None:
+        return bool(RELEASE_HOLDER.run(client, [keys.state(call.idempotency_key)], [holder]))
+    return bool(RELEASE.run(client, [keys.running(call.call_id)], [holder]))
+
+
+def _alive(client: redis.Redis, tag: str, *, hostname: str, patience: float) -> bool:
+    """Whether the process ``tag`` names is alive: its pid here, or its worker's heartbeat.
+
+    A heartbeat key that is missing is looked for again for ``patience`` seconds
+    before its worker counts as dead: a beat rewrites it every third of an interval.
+    """
+    if not tag:
+        return False
+    wid, pid = parse_holder_tag(tag)
+    if wid == worker_id(hostname) and pid:
+        return pid_alive(pid)
+    give_up = time.monotonic() + patience
+    while not client.exists(keys.worker(wid)):
+        if time.monotonic() >= give_up:
+            return False
+        time.sleep(min(0.1, patience / 10))
+    return True
+
+# -- same-process joins ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A call this delivery must run: it is valid, unexpired and begun (:func:`executor.task.admit`)."""
+
+    call: CallRequest
+    definition: ToolDefinition | None
+    holder: str
+    #: For a keyed call: its lock in :data:`running_here`, held again to complete it.
+    key_lock: threading.Lock | None = None
+
+
+class RunningHere:
+    """The idempotency keys deliveries of this process are running.
+
+    The begin script takes a key's state holding this process's own tag for a stale
+    one and runs the call again: a prefork or solo process runs one call at a time, so
+    its own holder tag is left from a delivery that ended. On the threads and asyncio pools
+    another delivery of this process may still be running the key. A delivery of a key
+    that runs here therefore begins under this process's joining tag
+    (:func:`wire.formats.joining_tag`: the script sees a live holder and adds it as a
+    waiter); each key's begin and complete hold its lock, so such a join never falls
+    between the two.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._keys: dict[str, threading.Lock] = {}
+
+    def begin(
+        self, client: redis.Redis, call: CallRequest, key: str, *, tag: str, worker: str, ttl_ms: int,
+        patience: float,
+    ) -> tuple[BeginState, str, str, threading.Lock | None]:
+        """:func:`begin` for a keyed call: (state, value, holder it began as, key lock if it runs)."""
+        while True:
+            with self._lock:
+                lock = self._keys.get(key)
+                first = lock is None
+                if lock is None:
+                    lock = self._keys[key] = threading.Lock()
+                    lock.acquire()
+            if first:
+                try:
+                    state, value = begin(
+                        client, call, holder=tag, hostname=worker, ttl_ms=ttl_ms, patience=patience
+                    )
+                except BaseException:
+                    self._end(key, lock)
+                    raise
+                if state != "run":
+                    self._end(key, lock)
+                    return state, value, tag, None
+                lock.release()  # held again by completing() (Admitted.key_lock)
+                return state, value, tag, lock
+            with lock:  # no begin or complete of the running delivery is under way
+                if self._keys.get(key) is lock:
+                    joiner = joining_tag(tag)
+                    state, value = begin(
+                        client, call, holder=joiner, hostname=worker, ttl_ms=ttl_ms, patience=patience
+                    )
+                    return state, value, joiner, None
+            # The delivery running it here has ended meanwhile: begin afresh.
+
+    @contextmanager
+    def completing(self, admitted: Admitted) -> Iterator[None]:
+        """Hold the key's lock for the block (the complete step), then forget the key."""
+        lock, key = admitted.key_lock, admitted.call.idempotency_key
+        if lock is None or key is None:
+            yield
+            return
+        lock.acquire()
+        try:
+            yield
+        finally:
+            self._end(key, lock)
+
+    def abandon(self, admitted: Admitted) -> None:
+        """Forget the key of a delivery that ends without completing (its process stops)."""
+        if admitted.key_lock is not None and admitted.call.idempotency_key is not None:
+            admitted.key_lock.acquire()
+            self._end(admitted.call.idempotency_key, admitted.key_lock)
+
+    def _end(self, key: str, lock: threading.Lock) -> None:
+        with self._lock:
+            if self._keys.get(key) is lock:
+                del self._keys[key]
+        lock.release()
+
+
+#: The keys this process runs.
+running_here = RunningHere()
+
+# -- holding on RabbitMQ ---------------------------------------------------------------
+
+
+def holds_before_ack(settings: Settings, *, acks_late: bool) -> bool:
+    """Whether a call of a task that ``acks_late`` or not is recorded before it is acknowledged."""
+    return not acks_late and is_amqp_url(settings.broker_url)
+
+
+def hold(client: redis.Redis, call_id: str, tag: str, *, interval: float) -> bool:
+    """Record ``tag`` as the holder of call ``call_id``, as the heartbeat would; whether it was.
+
+    Never raises: a Redis that cannot be reached leaves the call to its heartbeat.
+    """
+    try:
+        client.set(keys.running(call_id), tag, px=int(interval * keys.HELD_MARKER_BEATS * 1000))
+    except redis.RedisError as exc:
+        logger.warning("could not record the holder of call %s: %s", call_id, type(exc).__name__)
+        return False
+    return True
+
+
+def started_before(client: redis.Redis, call_id: str) -> bool:
+    """Whether a process was recorded as running call ``call_id`` (a holder with a pid).
+
+    A record without a pid (the heartbeat's, for a call waiting for a pool process) does
+    not count. Redis unreachable: False (the call runs, as it would without this look).
+    """
+    try:
+        record = client.get(keys.running(call_id))
+    except redis.RedisError as exc:
+        logger.warning("could not read the holder of call %s: %s", call_id, type(exc).__name__)
+        return False
+    return record is not None and parse_holder_tag(record)[1] != 0
+
+
+def waits_for_hold(accept_callback: Any) -> bool:
+    """Whether a pool's ``accept_callback`` writes to Redis before acknowledging (off an event loop)."""
+    return (
+        getattr(getattr(accept_callback, "__self__", None), "toolexec_holds_before_ack", False)
+        is True
+    )
+
+
+# -- copies sent again --------------------------------------------------------------
+
+#: How long a copy sent again asks whether it may start while Redis is unreachable.
+START_PATIENCE = 10.0
+
+
+def may_start(call: CallRequest, generation: int, *, tag: str, settings: Settings, worker: str) -> bool:
+    """Whether this copy sent again may start (:data:`wire.copies.START`), recording it
+    held by ``tag`` if so; a copy the client gave up on, or sent again since, may not.
+
+    Asked again while Redis is unreachable, for as long as a begin would be; then
+    :class:`~executor.errors.StoreUnavailable` ends the delivery (the call did not run).
+    """
+    client = redis_client(settings)
+    record_ms = int(settings.heartbeat_interval * keys.HELD_MARKER_BEATS * 1000)
+    pauses = retry_pauses(START_PATIENCE)
+    while True:
+        try:
+            answer = START.run(
+                client, [keys.fence(call.call_id), keys.running(call.call_id)], [generation, tag, record_ms]
+            )
+            break
+        except redis.RedisError as exc:
+            pause = next(pauses, None)
+            if pause is None:
+                raise StoreUnavailable(START_PATIENCE, exc) from exc
+            time.sleep(pause)
+    answer = answer.decode() if isinstance(answer, bytes) else str(answer)
+    if answer == "run":
+        return True
+    logger.info(
+        "call %s of %s: this copy does not run: %s", call.call_id, call.tool,
+        "its caller gave the call up" if answer == "fenced" else "its caller has sent it again since",
+        extra=call_log_fields(call.call_id, call.run_id, call.tool),
+    )  # fmt: skip
+    return False
