@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the soak and print its report; the exit status (0: every check passed)."""
     args = _parser().parse_args(argv)
     if args.smoke:
-        args.calls, args.in_flight, args.deadline = 600, 50, 8.0
+        args.calls, args.in_flight, args.deadline = 600, 50, 15.0
         args.short_ttls = args.wait_ttl = True
     command = shlex.join(
         ["python", "-m", "bench", "soak", *(sys.argv[2:] if argv is None else argv)]
@@ -373,7 +373,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--deadline", type=float, default=15.0, help="each call's deadline (s)")
     parser.add_argument(
         "--smoke", action="store_true",
-        help="CI's soak: 600 calls, 50 in flight, 8 s deadlines, --short-ttls --wait-ttl",
+        help="CI's soak: 600 calls, 50 in flight, 15 s deadlines, --short-ttls --wait-ttl",
     )  # fmt: skip
     parser.add_argument(
         "--keep", type=Path, metavar="DIR",
