@@ -22,8 +22,8 @@ from typing import Any, cast
 
 import redis
 import redis.asyncio
+from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from wire.scripts import is_noscript, reloading
 
