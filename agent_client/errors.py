@@ -51,7 +51,12 @@ class RemoteToolError(Exception):
 
     Attributes:
         tool: Name of the tool called, or None when the error concerns no single tool.
+        call_id: The id of the call the error ended, when it was raised at the call's
+            deadline (``ToolTimeoutError``, or ``ToolOutcomeUnknown`` / ``BrokerUnavailable``
+            there): what ``toolexec cancel`` and the worker's logs name it by. None otherwise.
     """
+
+    call_id: str | None = None
 
     def __init__(self, message: str, *, tool: str | None = None) -> None:
         super().__init__(message)

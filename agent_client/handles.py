@@ -271,12 +271,14 @@ class CallHandle:
             self._expired = True  # its error is on its way to the waiters
             state, call = self._state, self._call
         timed_out = ToolTimeoutError(self.tool, self._timeout or 0.0)
+        timed_out.call_id = self.id
         error: RemoteToolError = timed_out
         if call is not None:
             sent = None if state is None else state.abandon()
             error = deadline_error(
                 self.tool, timed_out, sent, stalled=self._client.publisher.stalled(longer_than=SEND_STALL)
             )
+            error.call_id = self.id
             self._client.replies.forget(call.call_id)
         self._finish(error=error)
         if self._spec is not None and self._spec.on_abandon == "cancel":

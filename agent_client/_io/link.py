@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -87,10 +87,13 @@ class Link:
     """
 
     def __init__(self, url: str) -> None:
+        tls: dict[str, Any] = {"connection_class": _TLSConnection} if url.startswith("rediss://") else {}
         self._pool = redis.asyncio.ConnectionPool.from_url(
             url, socket_connect_timeout=None, socket_timeout=None, retry=Retry(NoBackoff(), 0),
-            health_check_interval=0,
+            health_check_interval=0, **tls,
         )  # fmt: skip
+        self._tls = bool(tls)
+        self._cut_short = False  # a TLS connect was cancelled or timed out (close() says why it matters)
         self._conn: Any = None
         self._lock = asyncio.Lock()
 
@@ -163,10 +166,15 @@ class Link:
             async with asyncio.timeout_at(ends):
                 await conn.connect()
         except (TimeoutError, redis.RedisError, OSError) as exc:
+            self._cut_short = self._tls
             _abort(conn)
             with contextlib.suppress(Exception):
                 await conn.disconnect(nowait=True)
             raise NotSent(_describe(exc)) from exc
+        except asyncio.CancelledError:
+            self._cut_short = self._tls
+            _abort(conn)
+            raise
         self._conn = conn
         return conn
 
@@ -209,6 +217,14 @@ class Link:
     async def close(self) -> None:
         """Close the connection; its socket is closed when this returns."""
         await self._drop()
+        if self._cut_short:
+            # A TLS connect cut short just as its handshake completed is closed by asyncio
+            # itself, out of reach (create_connection never returned its transport), and
+            # gracefully: TLS's goodbye waits for the server's, at most _TLS_GOODBYE
+            # (_TLSConnection). The loop must run that long, or a loop closed now leaves
+            # the socket open. Only a connect cut short pays this wait.
+            self._cut_short = False
+            await asyncio.sleep(_TLS_GOODBYE)
         await asyncio.sleep(0)  # the transport closes its socket on the loop's next turn
 
     def forget(self) -> None:
@@ -240,6 +256,19 @@ async def _handshake(conn: Any) -> None:
         if transport is not None:
             transport.abort()
         raise
+
+
+#: Seconds a TLS connection's goodbye waits for the server's before its socket is closed
+#: anyway (asyncio's ``ssl_shutdown_timeout``, 30 s by default: a closing client's loop
+#: does not run that long).
+_TLS_GOODBYE = 0.1
+
+
+class _TLSConnection(redis.asyncio.SSLConnection):
+    """redis-py's TLS connection, whose goodbye waits at most :data:`_TLS_GOODBYE`."""
+
+    def _connection_arguments(self) -> Mapping[str, Any]:
+        return {**super()._connection_arguments(), "ssl_shutdown_timeout": _TLS_GOODBYE}
 
 
 def _abort(conn: Any) -> None:

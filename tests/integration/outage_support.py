@@ -19,7 +19,7 @@ import redis
 from agent_client import RemoteToolError
 from toolexec import RedisServer
 
-__all__ = ["SLACK", "calls_of", "echo_works", "freeze", "frozen", "thaw"]
+__all__ = ["SLACK", "calls_of", "echo_works", "freeze", "frozen", "thaw", "what_redis_holds_of"]
 
 #: How late past its deadline a caller may hear.
 SLACK = 0.05
@@ -59,3 +59,22 @@ def echo_works(echo: object) -> bool:
         return bool(echo(text="awake", number=1)["text"] == "awake")  # type: ignore[operator]
     except RemoteToolError:
         return False
+
+
+def what_redis_holds_of(store: redis.Redis, call_ids: list[str], *logs: str) -> str:
+    """For a failure message: every key that names each call (its type, TTL and value),
+    each list entry that names it, and each line of ``logs`` (the workers' and the
+    client's) that does."""
+    lines: list[str] = []
+    lists = [key for key in store.scan_iter(count=1000) if store.type(key) == b"list"]
+    for call_id in call_ids[:5]:
+        lines.append(f"call {call_id}:")
+        for key in store.scan_iter(match=f"*{call_id}*", count=1000):
+            kind = store.type(key).decode()
+            value = store.get(key) if kind == "string" else store.hgetall(key) if kind == "hash" else kind
+            lines.append(f"  key {key!r} ttl {store.pttl(key)} ms: {value!r}"[:400])
+        for key in lists:
+            entries = [e for e in store.lrange(key, 0, -1) if call_id.encode() in e]
+            lines += [f"  in list {key!r}: {e[:300]!r}" for e in entries]
+        lines += [f"  log: {line[:300]}" for log in logs for line in log.splitlines() if call_id in line]
+    return "\n".join(lines)

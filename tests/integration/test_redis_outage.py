@@ -33,13 +33,14 @@ from agent_client import (
     RemoteToolError,
     ToolClient,
     ToolOutcomeUnknown,
+    ToolTimeoutError,
     remote_tool,
     run_scope,
 )
 from toolexec import Pool, RedisServer
 from wire.settings import Settings
 
-from .outage_support import SLACK, calls_of, frozen
+from .outage_support import SLACK, calls_of, frozen, what_redis_holds_of
 from .polling import wait_until
 
 if TYPE_CHECKING:
@@ -247,7 +248,7 @@ def test_a_half_second_freeze_of_redis_costs_no_call_of_three_thousand(
 
 def test_a_half_second_redis_restart_with_its_data_costs_no_call_and_never_says_worker_lost(
     own_server: RedisServer, worker_factory: WorkerFactory, own_env: dict[str, str], own_client: ToolClient,
-    own_store: redis.Redis,
+    own_store: redis.Redis, caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
     # "With its data": every write Redis acknowledged is on disk before the kill (with
     # appendfsync everysec a lagging fsync may lose the last two seconds of them).
@@ -277,7 +278,9 @@ def test_a_half_second_redis_restart_with_its_data_costs_no_call_and_never_says_
     # never left it. Such a call may or may not have run, and its caller hears exactly
     # that (ToolOutcomeUnknown), within seconds.
     failures = _failures(outcomes)
-    assert set(failures) <= {"ToolOutcomeUnknown"}, failures
+    timed_out = [o.call_id for o, _ in outcomes if isinstance(o, ToolTimeoutError) and o.call_id]
+    held = what_redis_holds_of(own_store, timed_out, worker.log_path.read_text(errors="replace"), caplog.text)
+    assert set(failures) <= {"ToolOutcomeUnknown"}, f"{failures}\n{held}"
     assert failures.get("ToolOutcomeUnknown", 0) <= 4, failures  # one read of the worker's, one restart
     unknown = [(o, took) for o, took in outcomes if isinstance(o, ToolOutcomeUnknown)]
     assert all("no worker of its queue died" in str(o) and took < _DEADLINE / 2 for o, took in unknown), unknown
