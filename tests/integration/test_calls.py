@@ -31,9 +31,10 @@ from agent_client import (
 )
 from tasks import list_bookings
 from toolexec import WorkerProcess
+from wire import keys
 from wire.settings import Settings
 
-from .polling import wait_until_async
+from .polling import wait_until, wait_until_async
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("probe_worker")]
 
@@ -208,7 +209,7 @@ def test_a_tool_that_raises_reports_the_remote_type_and_message(tool_client: Too
 _DEADLINE_SLACK = 0.05
 
 
-def test_a_short_deadline_frees_a_sync_caller_on_time(tool_client: ToolClient) -> None:
+def test_a_short_deadline_frees_a_sync_caller_on_time(tool_client: ToolClient, redis_client: redis.Redis) -> None:
     slow = remote_tool("slow_report", timeout=0.2)
     started = time.monotonic()
     with pytest.raises(ToolTimeoutError) as raised:
@@ -217,6 +218,10 @@ def test_a_short_deadline_frees_a_sync_caller_on_time(tool_client: ToolClient) -
     assert 0.2 <= elapsed <= 0.2 + _DEADLINE_SLACK, f"took {elapsed:.3f}s"
     assert raised.value.timeout == 0.2
     assert raised.value.tool == "slow_report"
+    # The error names the call it ended: the one the worker holds, running on.
+    call_id = raised.value.call_id
+    assert call_id is not None
+    assert wait_until(lambda: redis_client.exists(keys.running(call_id)) == 1, timeout=1.5), call_id
 
 
 def test_a_short_deadline_frees_an_async_caller_on_time(tool_client: ToolClient) -> None:

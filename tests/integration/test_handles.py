@@ -71,9 +71,10 @@ def test_a_handle_is_awaited_from_async_code_and_the_calls_deadline_ends_it(
             await handle.result(timeout=0.1)
         assert not isinstance(waiter.value, ToolTimeoutError)
         began = time.monotonic()
-        with pytest.raises(ToolTimeoutError):
+        with pytest.raises(ToolTimeoutError) as expired:
             await handle.result()
         assert time.monotonic() - began < 1.0
+        assert expired.value.call_id == handle.id
         assert await handle.status_async() == "expired"
 
     asyncio.run(main())
