@@ -398,18 +398,20 @@ def test_an_asyncio_worker_with_c_n_runs_n_calls_at_once_with_a_prefetch_count_o
         CallRequest(
             call_id=uuid.uuid4().hex,
             tool="probe_async_wait",
-            arguments={"seconds": 2.0},
+            # The first wave awaits long enough for `celery inspect` (up to 5 s a question
+            # on a loaded machine) to see it running; the second is short.
+            arguments={"seconds": 8.0 if i < n else 0.5},
             reply_to=reply_to,
             deadline=time.time() + 60,
         )
-        for _ in range(2 * n)
+        for i in range(2 * n)
     ]
     redis_client.lpush(
         QUEUE, *(redis_envelope(c, queue=QUEUE, headers=task_headers(c, task_name=task)) for c in calls)
     )
 
     # While the first n await: n running on the worker.
-    assert wait_until(lambda: len(_active(inspect)) == n, timeout=10), _active(inspect)
+    assert wait_until(lambda: len(_active(inspect)) == n, timeout=15), _active(inspect)
     if task == TASK_AT_LEAST_ONCE:
         # Unacknowledged until they end: prefetch holds back no more than the n running,
         # and the second wave waits in Redis, where another worker could take it.
