@@ -280,9 +280,7 @@ class ToolClient:
                 stalled = self.publisher.stalled(longer_than=SEND_STALL)
                 sent = None if state is None else state.abandon()
                 abandoned(self, call, state)
-                error = deadline_error(call.spec.name, exc, sent, stalled=stalled)
-                error.call_id = call.call_id
-                raise error from None
+                raise deadline_error(call.spec.name, exc, sent, stalled=stalled, call_id=call.call_id) from None
             except BaseException:  # the caller's task cancelled, or the generator closed
                 abandoned(self, call, state)
                 raise

@@ -196,7 +196,8 @@ def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None, 
 
 
 def deadline_error(
-    tool: str, error: ToolTimeoutError, sent: tuple[bool, bool, str] | None, *, stalled: bool
+    tool: str, error: ToolTimeoutError, sent: tuple[bool, bool, str] | None, *, stalled: bool,
+    call_id: str | None = None,
 ) -> RemoteToolError:
     """What a caller whose deadline passed hears, by how far its send got.
 
@@ -206,7 +207,17 @@ def deadline_error(
         sent: ``(confirmed, written, why the last send failed)`` as the caller left the
             call (``CallState.abandon``), or None for a call with nothing to send.
         stalled: Whether the broker has kept the client's sends waiting, or failed them.
+        call_id: The call's id, set as the returned error's ``call_id``.
     """
+    error.call_id = call_id
+    chosen = _deadline_error(tool, error, sent, stalled=stalled)
+    chosen.call_id = call_id
+    return chosen
+
+
+def _deadline_error(
+    tool: str, error: ToolTimeoutError, sent: tuple[bool, bool, str] | None, *, stalled: bool
+) -> RemoteToolError:
     if sent is None:
         return error
     confirmed, written, why = sent

@@ -276,9 +276,9 @@ class CallHandle:
         if call is not None:
             sent = None if state is None else state.abandon()
             error = deadline_error(
-                self.tool, timed_out, sent, stalled=self._client.publisher.stalled(longer_than=SEND_STALL)
-            )
-            error.call_id = self.id
+                self.tool, timed_out, sent, stalled=self._client.publisher.stalled(longer_than=SEND_STALL),
+                call_id=self.id,
+            )  # fmt: skip
             self._client.replies.forget(call.call_id)
         self._finish(error=error)
         if self._spec is not None and self._spec.on_abandon == "cancel":
