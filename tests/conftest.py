@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import socket
 import threading
 import traceback
 import tracemalloc
@@ -63,6 +64,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (1 + kind, 0)
 
     items.sort(key=weight)  # stable: collection order within each weight
+
+
+@pytest.fixture
+def closed_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that refuses connections for the whole test: bound by this
+    process and never listened on. (A port merely free when asked may be taken meanwhile
+    by another test process's server, and then answers.)"""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
 
 
 @pytest.fixture(autouse=True)

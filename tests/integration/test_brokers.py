@@ -34,7 +34,6 @@ from agent_client import (
 )
 from agent_client.runs import idempotency_key
 from toolexec import RedisServer, WorkerProcess
-from toolexec.process import free_port
 from wire import keys
 from wire.formats import parse_holder_tag
 from wire.settings import Settings
@@ -382,9 +381,9 @@ def test_a_call_whose_deadline_passes_while_it_waits_in_the_queue_never_runs(
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_broker_that_is_down_at_send_time_is_broker_unavailable_within_the_deadline(
-    mode: str, broker: Broker, shared_worker: WorkerProcess
+    mode: str, broker: Broker, shared_worker: WorkerProcess, closed_port: int
 ) -> None:
-    down = broker.client(broker.at_port(free_port()))
+    down = broker.client(broker.at_port(closed_port))
     try:
         echo = remote_tool("broker_echo", client=down)
         started = time.monotonic()
@@ -408,8 +407,9 @@ def test_a_claim_whose_publish_failed_is_released_and_its_caller_hears_broker_un
     client: ToolClient,
     counter: Counter,
     redis_client: redis.Redis,
+    closed_port: int,
 ) -> None:
-    down = broker.client(broker.at_port(free_port()))
+    down = broker.client(broker.at_port(closed_port))
     count = remote_tool("broker_count", client=down)
     arguments = {"counter": counter.key}
     run_id = uuid.uuid4().hex

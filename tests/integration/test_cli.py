@@ -27,7 +27,7 @@ import pytest
 import redis
 
 from agent_client import ToolClient, ToolExecutionError, ToolTimeoutError, remote_tool
-from toolexec import ChildProcess, free_port
+from toolexec import ChildProcess
 from toolexec.status import BrokerUnreachable, amqp_queue_depths, status_snapshot
 from wire import keys
 from wire.models import WorkerInfo
@@ -300,8 +300,8 @@ def test_each_way_a_call_fails_has_its_exit_code_and_one_line_on_stderr(
     assert done.stdout == ""
 
 
-def test_a_call_with_redis_unreachable_exits_5(cli_env: dict[str, str]) -> None:
-    closed = f"redis://127.0.0.1:{free_port()}/0"
+def test_a_call_with_redis_unreachable_exits_5(cli_env: dict[str, str], closed_port: int) -> None:
+    closed = f"redis://127.0.0.1:{closed_port}/0"
 
     done = run(
         "call", "cli_echo", "text=x", env=cli_env,

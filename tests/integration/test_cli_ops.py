@@ -125,11 +125,11 @@ def test_status_with_rabbitmq_down_names_rabbitmq_shows_the_rest_and_exits_5(
 
 
 def test_a_workers_healthcheck_passes_while_the_broker_is_down_and_fails_for_a_worker_that_is_not_live(
-    ops_worker: WorkerInfo, ops_env: dict[str, str]
+    ops_worker: WorkerInfo, ops_env: dict[str, str], closed_port: int
 ) -> None:
     """What docker-compose.yml's worker healthcheck runs: a RabbitMQ outage must not make
     every worker unhealthy (and restarted) at once."""
-    down = {"TOOLEXEC_BROKER_URL": f"amqp://guest:guest@127.0.0.1:{free_port()}//"}
+    down = {"TOOLEXEC_BROKER_URL": f"amqp://guest:guest@127.0.0.1:{closed_port}//"}
 
     live = run("status", "--json", "--worker", ops_worker.hostname, env=ops_env, extra_env=down)
     gone = run("status", "--json", "--worker", "nobody@nowhere", env=ops_env, extra_env=down)
@@ -142,9 +142,9 @@ def test_a_workers_healthcheck_passes_while_the_broker_is_down_and_fails_for_a_w
 
 @pytest.mark.parametrize("command", [["tools"], ["tools", "--json"], ["status"], ["status", "--json"]])
 def test_tools_and_status_exit_5_in_one_line_when_redis_is_unreachable(
-    command: list[str], ops_env: dict[str, str]
+    command: list[str], ops_env: dict[str, str], closed_port: int
 ) -> None:
-    closed = f"redis://127.0.0.1:{free_port()}/0"
+    closed = f"redis://127.0.0.1:{closed_port}/0"
 
     done = run(*command, env=ops_env, extra_env={"TOOLEXEC_BROKER_URL": closed, "TOOLEXEC_REDIS_URL": closed})
 

@@ -291,10 +291,10 @@ def test_a_rabbitmq_broker_beyond_this_machine_needs_a_user_other_than_guest(
     assert failing(own_user) == []
 
 
-def test_an_unreachable_redis_fails_the_checks_that_read_it(env: dict[str, str], tmp_path: Path) -> None:
-    from toolexec import free_port
-
-    url = f"redis://127.0.0.1:{free_port()}/0"
+def test_an_unreachable_redis_fails_the_checks_that_read_it(
+    env: dict[str, str], tmp_path: Path, closed_port: int
+) -> None:
+    url = f"redis://127.0.0.1:{closed_port}/0"
     checks = run_checks(Settings.from_env({**env, "TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": url}))
 
     assert failing(checks) == ["ttls", "persistence", "eviction", "same-tools-per-queue"]

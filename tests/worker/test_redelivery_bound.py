@@ -24,7 +24,6 @@ from kombu.message import Message
 from executor.errors import ProcessRetired
 from executor.task import register_tasks
 from executor.worker import holder
-from toolexec import free_port
 from wire import keys
 from wire.formats import running_state, waiter_entry
 from wire.message import encode_arguments, message_body, task_headers
@@ -161,9 +160,9 @@ def test_an_at_most_once_loss_is_not_counted_and_still_reported_worker_lost_at_o
 
 
 def test_when_losses_cannot_be_counted_celery_requeues_as_it_would_without_a_limit(
-    celery_app: Celery, settings: Settings, client: redis.Redis, exited_pid: int
+    celery_app: Celery, settings: Settings, client: redis.Redis, exited_pid: int, closed_port: int
 ) -> None:
-    unreachable = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+    unreachable = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{closed_port}/0"})
     app = app_with(celery_app, unreachable, max_deliveries=1)
     call = make_call("search")
     request, acks = delivery(app, call, TASK_AT_LEAST_ONCE, exited_pid)

@@ -23,7 +23,6 @@ from kombu.message import Message
 from executor.seams.request import release_dead_child, request_class
 from executor.task import register_tasks
 from executor.worker import holder
-from toolexec import free_port
 from wire import keys
 from wire.formats import running_state, waiter_entry
 from wire.message import encode_arguments, message_body, task_headers
@@ -234,9 +233,9 @@ def test_release_dead_child_deletes_only_a_marker_the_tag_still_holds(
 
 
 def test_release_dead_child_never_raises_so_celerys_own_handling_still_runs(
-    settings: Settings, caplog: pytest.LogCaptureFixture
+    settings: Settings, caplog: pytest.LogCaptureFixture, closed_port: int
 ) -> None:
-    unreachable = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+    unreachable = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{closed_port}/0"})
     call = make_call("book", idempotency_key=unique("key"))
     # Celery's in-process worker sets the root level to ERROR; capture this logger's warnings.
     caplog.set_level(logging.WARNING, logger="executor.seams.request")

@@ -15,7 +15,7 @@ from executor.delivery import finish
 from executor.errors import StoreUnavailable
 from executor.task import run_call
 from executor.worker import holder
-from toolexec import RedisServer, free_port
+from toolexec import RedisServer
 from wire import keys
 from wire.formats import KeyState, parse_state, running_state, stored_state, waiter_entry
 from wire.models import CallOutcome, ErrorKind
@@ -249,9 +249,9 @@ def test_finish_replaces_a_result_over_the_size_limit_with_an_error(
 
 
 def test_run_call_logs_an_outcome_it_cannot_deliver_instead_of_raising(
-    settings: Settings, register: Register, caplog: pytest.LogCaptureFixture
+    settings: Settings, register: Register, caplog: pytest.LogCaptureFixture, closed_port: int
 ) -> None:
-    unreachable = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+    unreachable = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{closed_port}/0"})
     call = make_call(register(lambda: "done", description="Finish."))
 
     with caplog.at_level(logging.ERROR, logger="executor.delivery"):
@@ -296,10 +296,10 @@ def test_an_idempotent_call_begun_while_redis_is_away_runs_once_when_it_comes_ba
 
 
 def test_an_idempotent_call_whose_redis_stays_away_is_not_run_and_ends_as_store_unavailable(
-    settings: Settings, register: Register, monkeypatch: pytest.MonkeyPatch
+    settings: Settings, register: Register, monkeypatch: pytest.MonkeyPatch, closed_port: int
 ) -> None:
     monkeypatch.setattr(executor.task, "_BEGIN_PATIENCE", 0.3)
-    unreachable = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{free_port()}/0"})
+    unreachable = settings.model_copy(update={"redis_url": f"redis://127.0.0.1:{closed_port}/0"})
     runs: list[int] = []
     call = make_call(
         register(lambda: runs.append(1), idempotent=True, description="Count a run."),
