@@ -25,6 +25,7 @@ _ROOT_LEVEL = logging.getLogger().level
 #: (``--dist loadscope``, pyproject.toml): started first, these do not end the run alone.
 _LONGEST_FIRST = (
     "tests/integration/test_bench_smoke.py",
+    "tests/unit/test_static_checks.py",
     "tests/integration/frameworks/test_oldest_versions.py",
     "tests/integration/test_deploy_warm.py",
     "tests/integration/test_outage_memory.py",
