@@ -128,6 +128,10 @@ SMOKE = Sizes(
     deadline_samples=1,
     idempotent_pairs=10,
     shed_calls=20,
+    # Two of the four pools: the scenario's code is the same for each, and every pool's
+    # shedding is proved by tests/integration/test_pools.py (each pool here starts two
+    # workers of its own, the smoke run's longest scenario).
+    shed_pools=("prefork", "asyncio"),
     scale_rounds=1,
     scale_calls=5,
     async_calls=100,
