@@ -65,6 +65,8 @@ def what_redis_holds_of(store: redis.Redis, call_ids: list[str], *logs: str) -> 
     """For a failure message: every key that names each call (its type, TTL and value),
     each list entry that names it, and each line of ``logs`` (the workers' and the
     client's) that does."""
+    if not call_ids:
+        return ""
     lines: list[str] = []
     lists = [key for key in store.scan_iter(count=1000) if store.type(key) == b"list"]
     for call_id in call_ids[:5]:
