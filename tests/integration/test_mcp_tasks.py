@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
@@ -272,7 +273,12 @@ def test_a_call_that_declares_the_extension_is_a_task_at_once_working_then_compl
     answered, created, working, done = anyio.run(main)
 
     assert answered < 0.8  # the tool takes 0.8 s; the task came before it ended
-    assert created.status == "working" and created.ttl_ms == 86_400_000
+    # ttlMs counts from createdAt; the record lives TOOLEXEC_HANDLE_TTL (a day) from its
+    # last change, which may already have come (the call started) when the task is told.
+    changed = datetime.fromisoformat(created.last_updated_at) - datetime.fromisoformat(created.created_at)
+    assert created.status == "working"
+    expected = 86_400_000 + round(changed.total_seconds() * 1000)
+    assert created.ttl_ms is not None and abs(created.ttl_ms - expected) <= 1, (created.ttl_ms, changed)  # ms rounding
     assert len(created.task_id) >= 32  # a toolexec call id: unguessable
     assert working["resultType"] == "complete" and "progress" in working["statusMessage"]
     result = types.CallToolResult.model_validate(done["result"])
