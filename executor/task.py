@@ -35,7 +35,7 @@ from executor.metrics import observe_run
 from executor.registry import get_tool
 from executor.runner import execute, execute_async, refuse_if_expired
 from executor.seams.backend import ReplyBackend
-from executor.seams.put_back import COPY_KEY, is_stale
+from executor.seams.put_back import COPY_KEY, begin
 from executor.seams.request import GENERATION_KEY, request_class
 from executor.seams.signatures import check_signature, signed_headers_of
 from executor.tracing import call_log_fields, call_span
@@ -315,11 +315,13 @@ def _end_as_failure_if_failed(outcome: CallOutcome | None) -> None:
         raise failure
 
 
-def _put_back_here(request: Any) -> bool:
+def _put_back_here(request: Any, *, wait: bool = True) -> bool | None:
     """Whether this copy of the delivery went back on its queue when the broker connection
-    broke (:mod:`executor.seams.put_back`): then the copy taken again runs, not this one."""
-    if not is_stale(getattr(request, COPY_KEY, None)):
-        return False
+    broke (:mod:`executor.seams.put_back`): then the copy taken again runs, not this one.
+    Without ``wait``, None while a put-back of it is under way."""
+    may_run = begin(getattr(request, COPY_KEY, None), wait=wait)
+    if may_run is None or may_run:
+        return None if may_run is None else False
     logger.info("call %s: this copy does not run: it went back on its queue when the broker connection broke",
                 request.id)  # fmt: skip
     return True
@@ -355,7 +357,10 @@ def register_tasks(app: Any, settings: Settings) -> None:
 
     async def run_tool_async(self: Any, request: Any, offload: Offload, **fields: Any) -> None:
         # The async body the asyncio pool awaits (executor.pools.trace.AsyncTask).
-        if _put_back_here(request):
+        put_back_here = _put_back_here(request, wait=False)
+        if put_back_here is None:  # a put-back of it is under way: wait off the loop
+            put_back_here = await offload(functools.partial(_put_back_here, request))
+        if put_back_here:
             return
         if settings.signing_key is not None and not await offload(
             functools.partial(signed, self.name, request, fields)

@@ -12,20 +12,19 @@ messages a batched read took but had not delivered when delivering one of them r
 (:mod:`executor.seams.batched_read`), each once under the item's SHA-256.
 
 **In this process.** The worker takes the messages put back again once Redis is back.
-On the threads and asyncio pools, whose tasks run in the process that consumes, a call
-taken but not started waits in the pool for a free thread or slot, and would still run
-from that copy in memory: the call would run twice, once from each copy. (On the
-prefork pool Celery drops the jobs it has not written to a child, ``AsynPool.flush``,
-and a child starts a job as it reads it.)
+On the threads and asyncio pools a call taken but not started waits in the pool for a
+slot, and would run from that copy too: twice in all. (On prefork Celery drops the jobs
+not written to a child, ``AsynPool.flush``; a child starts a job as it reads it.)
 
-So each delivery the main process receives is numbered (:func:`receive`, by the task's
-request class, :mod:`executor.seams.request`, in the request's :data:`COPY_KEY` field),
-and the channel records, for each delivery it put back, the last number given out then
-(:func:`put_back`). The task body asks :func:`is_stale` before it begins: a copy
-numbered at or below that is the one whose message went back on the queue, and it does
-not run; the copy taken again from the queue has a higher number and runs. A put-back
-that gave up (Redis stayed away for :data:`RESTORE_PATIENCE`) records nothing, and the
-copy here runs.
+So each delivery the main process receives is numbered (:func:`receive`, in the
+request's :data:`COPY_KEY` field, :mod:`executor.seams.request`). A put-back first
+reserves its delivery (:func:`reserve`: the last number given out), and ends by marking
+those copies stale, or, if it gave up (Redis stayed away for :data:`RESTORE_PATIENCE`),
+by letting them run (:func:`settle`). The task body calls :func:`begin` before it
+starts: a stale copy does not run, one whose put-back is under way waits for its end,
+and any other counts as begun, which a put-back then leaves alone: under one lock, a
+copy begins or its delivery goes back, never both. The copy taken again from the
+queue has a higher number and runs.
 """
 
 from __future__ import annotations
@@ -51,19 +50,9 @@ from wire import keys
 from wire.copies import FENCED, LET_GO, PUT_BACK, generation_of, sent_again
 
 __all__ = [
-    "COPY_KEY",
-    "MAX_REMEMBERED",
-    "RESTORE_PATIENCE",
-    "PutBack",
-    "accepted",
-    "is_stale",
-    "leaving",
-    "put_back",
-    "receive",
-    "set_holder_prefix",
-    "started",
-    "still_leaving",
-    "taken",
+    "COPY_KEY", "MAX_REMEMBERED", "RESTORE_PATIENCE", "PutBack", "accepted", "begin", "is_stale",
+    "leaving", "put_back", "receive", "reserve", "set_holder_prefix", "settle", "started",
+    "still_leaving", "taken",
 ]
 
 logger = logging.getLogger(__name__)
@@ -86,6 +75,12 @@ _numbers = itertools.count(1)
 _last = 0
 _stale: OrderedDict[str, int] = OrderedDict()
 _lock = threading.Lock()
+#: Deliveries being put back (Redis may be away meanwhile), with the last number given out
+#: then: such a copy waits in :func:`begin` until the put-back succeeded (it does not run)
+#: or gave up (it runs). Under :data:`_lock`, with :data:`_accepted`: a copy begins, or its
+#: delivery is put back, never both.
+_pending: dict[str, int] = {}
+_settled = threading.Condition(_lock)
 
 
 def receive(delivery_tag: object) -> list[Any]:
@@ -99,14 +94,63 @@ def receive(delivery_tag: object) -> list[Any]:
     return [str(delivery_tag), _last]
 
 
-def put_back(delivery_tag: object) -> None:
+def put_back(delivery_tag: object, number: int | None = None) -> None:
     """Record that the delivery ``delivery_tag`` went back on its queue: every copy of it
-    received until now is stale."""
+    received until now (or numbered up to ``number``) is stale."""
     with _lock:
-        _stale[str(delivery_tag)] = _last
-        _stale.move_to_end(str(delivery_tag))
-        while len(_stale) > MAX_REMEMBERED:
-            _stale.popitem(last=False)
+        _mark_stale(str(delivery_tag), _last if number is None else number)
+
+
+def _mark_stale(tag: str, number: int) -> None:
+    _stale[tag] = number
+    _stale.move_to_end(tag)
+    while len(_stale) > MAX_REMEMBERED:
+        _stale.popitem(last=False)
+
+
+def reserve(delivery_tag: object, *, unless_begun: bool) -> int | None:
+    """Begin putting back ``delivery_tag``: its copies received until now wait in
+    :func:`begin` until :func:`settle`. Returns the number they are known by, or None
+    (nothing reserved) when ``unless_begun`` and a copy of it has begun here."""
+    tag = str(delivery_tag)
+    with _lock:
+        if unless_begun and tag in _accepted:
+            return None
+        _pending[tag] = _last
+        return _last
+
+
+def settle(delivery_tag: object, number: int, *, done: bool) -> None:
+    """End :func:`reserve`'s put-back: ``done``, its copies here are stale; else they run."""
+    tag = str(delivery_tag)
+    with _settled:
+        _pending.pop(tag, None)
+        if done:
+            _mark_stale(tag, number)
+        _settled.notify_all()
+
+
+def begin(copy: object, *, wait: bool = True) -> bool | None:
+    """Whether the copy a task request's :data:`COPY_KEY` field describes may run, as it
+    is about to: False if its delivery went back on its queue since it was received (the
+    copy taken again runs instead). Otherwise its delivery counts as begun, so a put-back
+    from now on leaves it. While one is under way this waits for its end, or, without
+    ``wait``, returns None at once (ask again, waiting, off an event loop)."""
+    if not isinstance(copy, list | tuple) or len(copy) != 2 or not isinstance(copy[1], int):
+        return True
+    tag, number = str(copy[0]), copy[1]
+    ends = time.monotonic() + RESTORE_PATIENCE + 5.0
+    with _settled:
+        while number <= _pending.get(tag, 0) and (left := ends - time.monotonic()) > 0:
+            if not wait:
+                return None
+            _settled.wait(left)
+        if number <= _stale.get(tag, 0):
+            return False
+        _accepted[tag] = None
+        while len(_accepted) > MAX_REMEMBERED:
+            _accepted.popitem(last=False)
+        return True
 
 
 #: Delivery tags of this process's calls that started in a pool process (the request's
@@ -234,9 +278,19 @@ class PutBack(kombu_redis.Channel):
         if self.ack_emulation:  # kombu's own transaction on its unacked hash
             super()._restore(message, leftmost)  # type: ignore[no-untyped-call]
             return
-        if not leftmost and started(message.delivery_tag):
+        tag = message.delivery_tag
+        number = None if not leftmost and started(tag) else reserve(tag, unless_begun=not leftmost)
+        if number is None:
             logger.info("call %s has started here: it is not put back", message.headers.get("id"))
             return
+        try:
+            self._restore_reserved(message)
+        except BaseException:
+            settle(tag, number, done=False)  # gave up: its copy here runs
+            raise
+        settle(tag, number, done=True)  # its copy in this process must not run
+
+    def _restore_reserved(self, message: Any) -> None:
         info = message.delivery_info
         exchange, routing_key = info["exchange"], info["routing_key"]
         payload = message.serializable()
@@ -266,7 +320,6 @@ class PutBack(kombu_redis.Channel):
                     )  # fmt: skip
 
         self._while_broker_away(attempt)
-        put_back(message.delivery_tag)  # its copy in this process must not run
 
     def _put_back_once(
         self, broker: redis.Redis, queue: str, marker: str, call_id: str | None, envelope: str | bytes

@@ -3,14 +3,18 @@ copy taken again from the queue is not."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from executor.seams import put_back
+from tests.integration.polling import wait_until
 
 
 @pytest.fixture(autouse=True)
 def _empty() -> None:
     put_back._stale.clear()
+    put_back._pending.clear()
 
 
 def test_the_copy_in_memory_is_stale_and_the_copy_taken_again_is_not() -> None:
@@ -52,3 +56,30 @@ def test_only_the_newest_deliveries_put_back_are_remembered(monkeypatch: pytest.
         put_back.put_back(f"tag-{i}")
 
     assert [put_back.is_stale(copy) for copy in copies] == [False, False, True, True, True]
+
+
+def test_a_copy_begins_or_its_delivery_goes_back_never_both() -> None:
+    # The put-back under way (Redis away): the copy in memory may not begin yet.
+    waiting = put_back.receive("tag-w")
+    number = put_back.reserve("tag-w", unless_begun=True)
+    assert number is not None
+    assert put_back.begin(waiting, wait=False) is None
+    put_back.settle("tag-w", number, done=True)
+    assert put_back.begin(waiting) is False  # it went back: the copy taken again runs
+
+    # A copy that began first is left alone by the put-back.
+    running = put_back.receive("tag-r")
+    assert put_back.begin(running) is True
+    assert put_back.reserve("tag-r", unless_begun=True) is None
+
+    # A put-back that gave up lets its copy here run; a waiting begin wakes to it.
+    gave_up = put_back.receive("tag-g")
+    number = put_back.reserve("tag-g", unless_begun=True)
+    assert number is not None
+    result: list[bool | None] = []
+    waiter = threading.Thread(target=lambda: result.append(put_back.begin(gave_up)))
+    waiter.start()
+    assert wait_until(lambda: waiter.is_alive(), timeout=1)
+    put_back.settle("tag-g", number, done=False)
+    waiter.join(5)
+    assert result == [True]
