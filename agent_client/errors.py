@@ -209,7 +209,6 @@ def deadline_error(
         stalled: Whether the broker has kept the client's sends waiting, or failed them.
         call_id: The call's id, set as the returned error's ``call_id``.
     """
-    error.call_id = call_id
     chosen = _deadline_error(tool, error, sent, stalled=stalled)
     chosen.call_id = call_id
     return chosen

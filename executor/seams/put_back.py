@@ -94,11 +94,11 @@ def receive(delivery_tag: object) -> list[Any]:
     return [str(delivery_tag), _last]
 
 
-def put_back(delivery_tag: object, number: int | None = None) -> None:
+def put_back(delivery_tag: object) -> None:
     """Record that the delivery ``delivery_tag`` went back on its queue: every copy of it
-    received until now (or numbered up to ``number``) is stale."""
+    received until now is stale."""
     with _lock:
-        _mark_stale(str(delivery_tag), _last if number is None else number)
+        _mark_stale(str(delivery_tag), _last)
 
 
 def _mark_stale(tag: str, number: int) -> None:
