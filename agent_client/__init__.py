@@ -12,6 +12,7 @@ from agent_client.client import ToolClient, configure, get_client
 from agent_client.deadline import NOT_SET, NotSet
 from agent_client.errors import (
     BrokerUnavailable,
+    CallerGone,
     RemoteToolError,
     ToolArgumentsInvalid,
     ToolCancelled,
@@ -59,6 +60,7 @@ __all__ = [
     "WorkerLost",
     "ToolOutcomeUnknown",
     "ToolCancelled",
+    "CallerGone",
     "CallNotFound",
     "BrokerUnavailable",
 ]

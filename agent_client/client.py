@@ -110,13 +110,15 @@ class ToolClient:
 
     async def _beat(self) -> None:
         # That this client still waits (wire.keys.caller): a worker sheds a queued call
-        # whose caller's key is gone. One interval long, written three times an interval;
-        # while Redis refuses writes for want of memory, kept alive with PEXPIRE.
+        # whose caller's key stays absent while Redis takes writes (executor.callers).
+        # One interval long, written three times an interval; while Redis refuses writes
+        # for want of memory, kept alive with PEXPIRE.
         link = self.io.link(self.settings.redis_url, "beat")
         key, life = keys.caller(self.client_id), int(self.settings.heartbeat_interval * 1000)
 
         async def leave() -> None:  # closed: its calls still queued are shed at once
-            await link.execute([("DEL", key)], timeout=OP_TIMEOUT)
+            gone_for = life * keys.CALLER_GONE_BEATS
+            await link.execute([("SET", key, "gone", "PX", gone_for)], timeout=OP_TIMEOUT)
 
         self.io.on_close(leave)
         while True:

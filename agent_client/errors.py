@@ -9,6 +9,7 @@ RemoteToolError
 ├── WorkerLost              the worker died while running the call
 ├── ToolOutcomeUnknown      the call may have run, and no reply came in time (or Redis lost it)
 ├── ToolCancelled           the call was cancelled: it never started, or it was stopped
+├── CallerGone              workers judged this caller gone and did not run the call
 └── BrokerUnavailable       Redis or the broker cannot be reached; the call was not sent
 ```
 
@@ -18,7 +19,8 @@ what went wrong.
 A failure crosses the wire as data (:class:`wire.models.ErrorInfo`: its kind, the
 remote type's name and message), and :func:`result_of` raises it here: ``not_found``
 as ``ToolNotFound``, ``invalid_arguments`` as ``ToolArgumentsInvalid``, ``expired`` as
-``ToolTimeoutError``, ``worker_lost`` as ``WorkerLost`` (or ``ToolOutcomeUnknown``,
+``ToolTimeoutError`` (or ``CallerGone``, a call shed unrun because workers judged its
+caller gone: never told as a timeout, since its deadline had not passed), ``worker_lost`` as ``WorkerLost`` (or ``ToolOutcomeUnknown``,
 the client's watchdog's verdict on a call Redis lost), ``cancelled`` as
 ``ToolCancelled``, any other (``execution``, ``hard_timeout``) as ``ToolExecutionError``. A call whose deadline passed with no
 outcome is a timeout, unless its send failed or stalled: then :func:`deadline_error`
@@ -35,6 +37,7 @@ from wire.models import CallOutcome, ErrorKind
 
 __all__ = [
     "BrokerUnavailable",
+    "CallerGone",
     "RemoteToolError",
     "ToolArgumentsInvalid",
     "ToolCancelled",
@@ -108,9 +111,19 @@ class ToolTimeoutError(RemoteToolError):
         timeout: The deadline in seconds that passed.
     """
 
-    def __init__(self, tool: str, timeout: float) -> None:
+    def __init__(self, tool: str, timeout: float, *, reason: str = "") -> None:
         self.timeout = timeout
-        super().__init__(f"tool {tool!r} timed out after {timeout:g}s", tool=tool)
+        super().__init__(f"tool {tool!r} {reason or f'timed out after {timeout:g}s'}", tool=tool)
+
+
+class CallerGone(RemoteToolError):
+    """Workers judged this call's caller gone, and did not run the call.
+
+    A worker sheds a queued call whose caller's liveness key stayed absent for a whole
+    heartbeat interval while Redis took writes (or that said its client closed): queued
+    work nobody waits for never starts. A live caller hears this only when its own
+    process could not write to Redis for that long while the workers could.
+    """
 
 
 class WorkerLost(RemoteToolError):
@@ -188,8 +201,13 @@ def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None, 
         if error.type == ToolOutcomeUnknown.__name__:  # the client's watchdog: lost, no worker died
             raise ToolOutcomeUnknown(tool, None, reason=error.message)
         raise WorkerLost(f"tool {tool!r}: {error.message}", tool=tool)
+    if error.kind is ErrorKind.EXPIRED and error.type == CallerGone.__name__:
+        raise CallerGone(f"tool {tool!r} was not run: {error.message}", tool=tool)
     if error.kind is ErrorKind.EXPIRED:
-        raise ToolTimeoutError(tool, timeout or 0.0)
+        raise ToolTimeoutError(
+            tool, timeout or 0.0,
+            reason=f"was not run: its {timeout or 0:g}s deadline had passed by the worker's clock before it started",
+        )  # fmt: skip
     if error.kind is ErrorKind.CANCELLED:
         raise ToolCancelled(tool, error.message)
     raise ToolExecutionError(tool, error.type, error.message, attempts=error.attempts)

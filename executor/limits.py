@@ -28,7 +28,7 @@ import weakref
 from asyncio import AbstractEventLoop, Task
 from collections.abc import Callable, Coroutine
 from contextvars import copy_context
-from typing import Any
+from typing import Any, Protocol
 
 from billiard.common import terminate_handler_fired
 
@@ -37,9 +37,12 @@ from executor.context import current_call
 from executor.errors import ProcessRetired
 from executor.registry import ToolDefinition
 from executor.worker import in_pool_child
+from wire.models import CallOutcome
 
 __all__ = [
     "HardTimeout",
+    "NotStarted",
+    "Starting",
     "ToolExited",
     "await_tool",
     "retire_if_runaway",
@@ -83,7 +86,31 @@ async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
 
 #: How an async tool's hard timeout ends on the asyncio pool when it ignores its
 #: cancellation: the loop it runs on is every call's, so it cannot be abandoned with it.
-_IGNORED_CANCEL = "was cancelled, ignored it, and runs on in the worker's event loop until it returns"
+_IGNORED_CANCEL = (
+    "was cancelled, ignored it, and runs on in the worker's event loop until it returns"
+)
+
+
+class Starting(Protocol):
+    """Asked as a call's tool is about to start: the outcome refusing it, or None."""
+
+    def __call__(self) -> CallOutcome | None: ...
+
+
+class NotStarted(Exception):
+    """A call refused as its tool was about to start (:class:`Starting`); it never ran."""
+
+    def __init__(self, outcome: CallOutcome) -> None:
+        super().__init__(outcome.error.type if outcome.error is not None else "refused")
+        self.outcome = outcome
+
+
+def _gated(starting: Starting | None, func: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+    """Run ``func`` in this thread unless ``starting`` refuses the call."""
+    refusal = None if starting is None else starting()
+    if refusal is not None:
+        raise NotStarted(refusal)
+    return func(**kwargs)
 
 
 def shutting_down() -> bool:
@@ -234,12 +261,18 @@ def _run_sync_bounded(func: Callable[..., Any], kwargs: dict[str, Any], hard_tim
     return box.get("value")
 
 
-async def await_tool(definition: ToolDefinition, kwargs: dict[str, Any]) -> Any:
+async def await_tool(
+    definition: ToolDefinition, kwargs: dict[str, Any], *, starting: Starting | None = None
+) -> Any:
     """Await the tool on the running loop, under its hard limit; its value.
+
+    A ``def`` tool waits for a thread of the loop's executor; the thread asks
+    ``starting`` (when given) before it starts the tool.
 
     Raises:
         HardTimeout: The tool ran past its hard limit.
         ToolExited: An ``async def`` tool raised ``SystemExit`` or ``KeyboardInterrupt``.
+        NotStarted: ``starting`` refused the call: the tool never started.
     """
     hard_timeout = definition.spec.hard_timeout
     if definition.is_async and hard_timeout is None:
@@ -252,7 +285,7 @@ async def await_tool(definition: ToolDefinition, kwargs: dict[str, Any]) -> Any:
         _cancellable(run, asyncio.get_running_loop())
     else:
         # The tool's thread sees this call's context (current_call()).
-        call = functools.partial(copy_context().run, definition.func, **kwargs)
+        call = functools.partial(copy_context().run, _gated, starting, definition.func, kwargs)
         run = asyncio.get_running_loop().run_in_executor(None, call)
     if hard_timeout is None:
         return await run

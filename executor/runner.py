@@ -20,7 +20,15 @@ import pydantic_core
 
 from executor import cancels
 from executor.context import CallContext, _calling
-from executor.limits import HardTimeout, ToolExited, await_tool, run_bounded, shutting_down
+from executor.limits import (
+    HardTimeout,
+    NotStarted,
+    Starting,
+    ToolExited,
+    await_tool,
+    run_bounded,
+    shutting_down,
+)
 from executor.metrics import record_attempt
 from executor.registry import ToolDefinition, get_tool
 from executor.retries import Attempts
@@ -30,12 +38,20 @@ from wire.clock import shared_now
 from wire.depth import MAX_DEPTH, too_deep
 from wire.models import CallOutcome, CallRequest, ErrorKind
 
-__all__ = ["encode_outcome", "execute", "execute_async", "format_validation_error", "refuse_if_expired"]
+__all__ = [
+    "encode_outcome",
+    "execute",
+    "execute_async",
+    "format_validation_error",
+    "refuse_if_expired",
+]
 
 logger = logging.getLogger(__name__)
 
 #: How a sync tool's hard timeout ends where its thread cannot be stopped (solo, threads).
-_NOT_STOPPED = "was abandoned: its thread cannot be stopped on this pool and runs on until the tool returns"
+_NOT_STOPPED = (
+    "was abandoned: its thread cannot be stopped on this pool and runs on until the tool returns"
+)
 
 
 def _fields(request: CallRequest) -> dict[str, Any]:
@@ -43,7 +59,9 @@ def _fields(request: CallRequest) -> dict[str, Any]:
     return call_log_fields(request.call_id, request.run_id, request.tool)
 
 
-def refuse_if_expired(request: CallRequest, *, worker: str = "", now: float | None = None) -> CallOutcome | None:
+def refuse_if_expired(
+    request: CallRequest, *, worker: str = "", now: float | None = None
+) -> CallOutcome | None:
     """The refusal of a call whose deadline has passed before it started, else None.
 
     The one deadline check on the worker: the task makes it before anything else, on
@@ -59,21 +77,31 @@ def refuse_if_expired(request: CallRequest, *, worker: str = "", now: float | No
         extra=_fields(request),
     )  # fmt: skip
     return CallOutcome.failure(
-        request.call_id, ErrorKind.EXPIRED, "DeadlineExpired",
+        request.call_id,
+        ErrorKind.EXPIRED,
+        "DeadlineExpired",
         f"the deadline of this call to {request.tool!r} passed before a worker started it",
         worker=worker,
     )
 
 
-def execute(request: CallRequest, *, worker: str = "", definition: ToolDefinition | None = None) -> CallOutcome:
+def execute(
+    request: CallRequest, *, worker: str = "", definition: ToolDefinition | None = None,
+    starting: Starting | None = None,
+) -> CallOutcome:  # fmt: skip
     """Run ``request`` and return its outcome; never raises for anything the tool does.
 
-    The caller has checked the deadline (:func:`refuse_if_expired`). A tool that retries
-    runs again after a pause while its policy and the deadline allow (:mod:`executor.retries`).
+    The caller has checked the deadline (:func:`refuse_if_expired`); ``starting``, when
+    given, is asked once more as the tool is about to start, and its refusal (a deadline
+    passed, a caller gone) is the outcome instead. A tool that retries runs again after a
+    pause while its policy and the deadline allow (:mod:`executor.retries`).
     """
     run = _prepare(request, worker=worker, definition=definition)
     if isinstance(run, CallOutcome):
         return run
+    refusal = None if starting is None else starting()
+    if refusal is not None:
+        return refusal
     attempts = _attempts(request, run.definition)
     while True:
         _count_attempt(request.tool, attempts)
@@ -92,12 +120,15 @@ def execute(request: CallRequest, *, worker: str = "", definition: ToolDefinitio
 
 
 async def execute_async(
-    request: CallRequest, *, worker: str = "", definition: ToolDefinition | None = None
-) -> CallOutcome:
+    request: CallRequest, *, worker: str = "", definition: ToolDefinition | None = None,
+    starting: Starting | None = None,
+) -> CallOutcome:  # fmt: skip
     """:func:`execute` on the running event loop (the asyncio pool, :mod:`executor.pools`).
 
-    An ``async def`` tool runs as a coroutine on this loop; a ``def`` tool runs in the
-    loop's default executor (the pool's bounded thread pool). At the hard limit an async
+    An ``async def`` tool runs as a coroutine on this loop, at once; a ``def`` tool runs in
+    the loop's default executor (the pool's bounded thread pool), where it may wait for a
+    thread: the thread that takes it asks ``starting`` first, and a refusal is the
+    outcome instead (the tool never starts). At the hard limit an async
     tool is cancelled; a sync tool's thread cannot be stopped, so its caller is answered
     and the thread runs on until the tool returns. Cancelling the caller's task (the pool
     shutting down cold) cancels the tool and propagates.
@@ -113,7 +144,11 @@ async def execute_async(
                 await _paused(request.call_id, pause)
             _count_attempt(request.tool, attempts)
             with _calling(run.context):
-                value = await await_tool(run.definition, run.kwargs)
+                value = await await_tool(
+                    run.definition, run.kwargs, starting=starting if pause is None else None
+                )
+        except NotStarted as refused:
+            return refused.outcome
         except _ENDINGS as exc:
             current = asyncio.current_task()
             if (
@@ -121,7 +156,11 @@ async def execute_async(
                 and cancels.requested(request.call_id)
             ):  # fmt: skip
                 current.uncancel()  # the call's cancel (executor.cancels), not the pool's
-            elif isinstance(exc, asyncio.CancelledError) and current is not None and current.cancelling():
+            elif (
+                isinstance(exc, asyncio.CancelledError)
+                and current is not None
+                and current.cancelling()
+            ):
                 raise  # the pool cancels this call
             pause = _pause_after(attempts, exc)
             if pause is None:
@@ -165,12 +204,16 @@ async def _paused(call_id: str, seconds: float) -> None:
     await sleep
 
 
-def _ended(request: CallRequest, definition: ToolDefinition, exc: BaseException, *, worker: str) -> CallOutcome:
+def _ended(
+    request: CallRequest, definition: ToolDefinition, exc: BaseException, *, worker: str
+) -> CallOutcome:
     """The outcome of a run that raised ``exc`` (one of :data:`_ENDINGS`)."""
     if cancels.requested(request.call_id):  # however the tool ended after its cancel
         return cancels.cancelled_outcome(request, worker=worker)
     if isinstance(exc, HardTimeout):
-        return _hard_timeout(request, definition.spec.hard_timeout, stopped=exc.stopped, worker=worker, how=exc.how)
+        return _hard_timeout(
+            request, definition.spec.hard_timeout, stopped=exc.stopped, worker=worker, how=exc.how
+        )
     if isinstance(exc, ToolExited):
         return _escaped(request, exc.exc, worker=worker)
     if isinstance(exc, Exception):  # what the tool raised is its outcome
@@ -187,13 +230,17 @@ class _Run:
     context: CallContext
 
 
-def _prepare(request: CallRequest, *, worker: str, definition: ToolDefinition | None) -> _Run | CallOutcome:
+def _prepare(
+    request: CallRequest, *, worker: str, definition: ToolDefinition | None
+) -> _Run | CallOutcome:
     """The call's :class:`_Run`, or the outcome refusing it (no such tool, invalid arguments)."""
     call_id = request.call_id
     definition = definition or get_tool(request.tool)
     if definition is None:
         return CallOutcome.failure(
-            call_id, ErrorKind.NOT_FOUND, "ToolNotFound",
+            call_id,
+            ErrorKind.NOT_FOUND,
+            "ToolNotFound",
             f"no tool named {request.tool!r} is registered on worker {worker or '?'}",
             worker=worker,
         )
@@ -201,8 +248,11 @@ def _prepare(request: CallRequest, *, worker: str, definition: ToolDefinition | 
         validated = definition.model.model_validate(request.arguments)
     except pydantic.ValidationError as exc:
         return CallOutcome.failure(
-            call_id, ErrorKind.INVALID_ARGUMENTS, "ValidationError",
-            format_validation_error(request.tool, exc), worker=worker,
+            call_id,
+            ErrorKind.INVALID_ARGUMENTS,
+            "ValidationError",
+            format_validation_error(request.tool, exc),
+            worker=worker,
         )
     kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
     context = CallContext(
@@ -214,7 +264,11 @@ def _prepare(request: CallRequest, *, worker: str, definition: ToolDefinition | 
         cancelled=cancels.event_for(call_id),
     )
     if cancels.requested(call_id):  # cancelled between its admission and now: it never starts
-        return cancels.cancelled_outcome(request, worker=worker, why=f"the call to {request.tool!r} was cancelled before it started")
+        return cancels.cancelled_outcome(
+            request,
+            worker=worker,
+            why=f"the call to {request.tool!r} was cancelled before it started",
+        )
     return _Run(definition=definition, kwargs=kwargs, context=context)
 
 
@@ -226,7 +280,9 @@ def _hard_timeout(
         extra=_fields(request),
     )  # fmt: skip
     return CallOutcome.failure(
-        request.call_id, ErrorKind.HARD_TIMEOUT, "ToolHardTimeout",
+        request.call_id,
+        ErrorKind.HARD_TIMEOUT,
+        "ToolHardTimeout",
         f"tool {request.tool!r} ran past its hard limit of {hard_timeout or 0:g}s and "
         + ("was stopped" if stopped else how or _NOT_STOPPED),
         worker=worker,
@@ -235,7 +291,11 @@ def _hard_timeout(
 
 def _raised(request: CallRequest, exc: Exception, *, worker: str) -> CallOutcome:
     logger.info(
-        "call %s of %s raised %s", request.call_id, request.tool, type(exc).__name__, extra=_fields(request)
+        "call %s of %s raised %s",
+        request.call_id,
+        request.tool,
+        type(exc).__name__,
+        extra=_fields(request),
     )
     logger.debug("call %s traceback", request.call_id, exc_info=exc, extra=_fields(request))
     return CallOutcome.failure(
@@ -250,7 +310,11 @@ def _escaped(request: CallRequest, exc: BaseException, *, worker: str) -> CallOu
         extra=_fields(request),
     )  # fmt: skip
     return CallOutcome.failure(
-        request.call_id, ErrorKind.EXECUTION, type(exc).__qualname__, _exit_message(request.tool, exc), worker=worker
+        request.call_id,
+        ErrorKind.EXECUTION,
+        type(exc).__qualname__,
+        _exit_message(request.tool, exc),
+        worker=worker,
     )
 
 
@@ -263,7 +327,9 @@ def _returned(request: CallRequest, value: Any, *, worker: str) -> CallOutcome:
         result = pydantic_core.to_jsonable_python(value)
     except UnicodeDecodeError:
         return CallOutcome.failure(
-            call_id, ErrorKind.EXECUTION, "UnserializableResult",
+            call_id,
+            ErrorKind.EXECUTION,
+            "UnserializableResult",
             f"tool {request.tool!r} returned bytes that are not UTF-8 text, which cannot be sent as "
             "JSON; return str, or base64-encode binary data",
             worker=worker,
@@ -272,7 +338,9 @@ def _returned(request: CallRequest, value: Any, *, worker: str) -> CallOutcome:
         if "recursion" in str(exc).lower():
             return _too_deep_result(request.tool, call_id, worker=worker)
         return CallOutcome.failure(
-            call_id, ErrorKind.EXECUTION, "UnserializableResult",
+            call_id,
+            ErrorKind.EXECUTION,
+            "UnserializableResult",
             f"tool {request.tool!r} returned a {type(value).__qualname__}, which cannot be sent as "
             "JSON; return JSON types, pydantic models, dataclasses or datetimes",
             worker=worker,
@@ -302,7 +370,9 @@ def encode_outcome(outcome: CallOutcome, *, tool: str, max_bytes: int) -> str:
         encoded = outcome.model_dump_json()
     except pydantic_core.PydanticSerializationError:
         return CallOutcome.failure(
-            outcome.call_id, ErrorKind.EXECUTION, "UnserializableResult",
+            outcome.call_id,
+            ErrorKind.EXECUTION,
+            "UnserializableResult",
             f"tool {tool!r} returned text that is not valid Unicode (a lone surrogate), which "
             "cannot be sent as JSON",
             worker=outcome.worker,
@@ -313,7 +383,9 @@ def encode_outcome(outcome: CallOutcome, *, tool: str, max_bytes: int) -> str:
     if size <= max_bytes:
         return encoded
     too_big = CallOutcome.failure(
-        outcome.call_id, ErrorKind.EXECUTION, "ResultTooLarge",
+        outcome.call_id,
+        ErrorKind.EXECUTION,
+        "ResultTooLarge",
         f"tool {tool!r} returned {size} bytes of JSON; the limit is {max_bytes} "
         "(TOOLEXEC_MAX_RESULT_BYTES)",
         worker=outcome.worker,
@@ -332,7 +404,9 @@ def format_validation_error(tool: str, exc: pydantic.ValidationError) -> str:
     for error in exc.errors(include_url=False):
         where = ".".join(str(p) for p in error["loc"])
         if not where and error["type"] == "string_unicode" and isinstance(error.get("input"), str):
-            parts.append(f"{_printable(error['input'])}: a field name that is not valid Unicode (a lone surrogate)")
+            parts.append(
+                f"{_printable(error['input'])}: a field name that is not valid Unicode (a lone surrogate)"
+            )
             continue
         parts.append(f"{_printable(where) or '(arguments)'}: {error['msg']}")
     return "; ".join(parts)

@@ -25,7 +25,7 @@ import pydantic
 import redis
 
 from executor import cancels
-from executor.callers import caller_known_waiting, caller_waits, shed
+from executor.callers import caller_known_waiting, caller_waits, caller_waits_async, look, shed
 from executor.claims import Admitted, hold, holds_before_ack, may_start, running_here
 from executor.context import close_progress, open_progress
 from executor.delivery import deliver_encoded, finish, mark_running, push_plain, record_and_encode
@@ -75,12 +75,22 @@ def run_call(
     if not isinstance(admitted, Admitted):
         return admitted
     with _running(admitted, settings) as answers:
-        outcome = execute(admitted.call, worker=worker, definition=admitted.definition)
+        starting = functools.partial(
+            _refusal_at_start, admitted.call, settings=settings, worker=worker
+        )
+        outcome = execute(
+            admitted.call, worker=worker, definition=admitted.definition, starting=starting
+        )
     return conclude(admitted, outcome, settings=settings) if answers() else None
 
 
 async def run_call_async(
-    fields: dict[str, Any], *, settings: Settings, worker: str, offload: Offload, generation: int | None = None
+    fields: dict[str, Any],
+    *,
+    settings: Settings,
+    worker: str,
+    offload: Offload,
+    generation: int | None = None,
 ) -> CallOutcome | None:
     """:func:`run_call` on the asyncio pool: the tool is awaited on the running loop.
 
@@ -94,16 +104,42 @@ async def run_call_async(
     if call is None:
         return None
     refusal = refuse_if_expired(call, worker=worker)  # the one deadline check
-    if refusal is None and call.idempotency_key is None and generation is None and caller_known_waiting(call):
+    if (
+        refusal is None
+        and call.idempotency_key is None
+        and generation is None
+        and caller_known_waiting(call)
+    ):
         admitted = _admit_call(call, None, settings=settings, worker=worker)  # no Redis
     else:
+        if refusal is None and not caller_known_waiting(call):
+            # Asked here, not in an I/O thread: while its verdict is out the call waits on
+            # the loop, and the I/O threads serve the other calls.
+            looking = functools.partial(look, redis_client(settings), call, settings=settings)
+            if not await caller_waits_async(lambda: offload(looking), call, settings=settings):
+                refusal = shed(call, worker=worker, settings=settings)
         admitted = await offload(
-            functools.partial(_admit_call, call, refusal, settings=settings, worker=worker, generation=generation)
+            functools.partial(
+                _admit_call,
+                call,
+                refusal,
+                settings=settings,
+                worker=worker,
+                generation=generation,
+                ask_caller=False,
+            )
         )
     if not isinstance(admitted, Admitted):
         return admitted
     with _running(admitted, settings) as answers:
-        outcome = await execute_async(admitted.call, worker=worker, definition=admitted.definition)
+        # A def tool waits for one of the pool's tool threads: the thread checks the call
+        # again as it takes it (its caller may have died, its deadline passed, meanwhile).
+        starting = functools.partial(
+            _refusal_at_start, admitted.call, settings=settings, worker=worker
+        )
+        outcome = await execute_async(
+            admitted.call, worker=worker, definition=admitted.definition, starting=starting
+        )
     if not answers():
         return None
     if admitted.call.idempotency_key is None:
@@ -143,7 +179,11 @@ def admit(
     if call is None:
         return None
     return _admit_call(
-        call, refuse_if_expired(call, worker=worker), settings=settings, worker=worker, generation=generation
+        call,
+        refuse_if_expired(call, worker=worker),
+        settings=settings,
+        worker=worker,
+        generation=generation,
     )
 
 
@@ -157,9 +197,25 @@ def _validated(fields: dict[str, Any]) -> CallRequest | None:
         return None
 
 
+def _refusal_at_start(call: CallRequest, *, settings: Settings, worker: str) -> CallOutcome | None:
+    """The outcome refusing ``call`` as its tool is about to start: its deadline passed,
+    or its caller no longer waits (:mod:`executor.callers`); else None."""
+    refusal = refuse_if_expired(call, worker=worker)
+    if refusal is not None:
+        return refusal
+    if not caller_waits(redis_client(settings), call, settings=settings):
+        return shed(call, worker=worker, settings=settings)
+    return refuse_if_expired(call, worker=worker)  # it may have passed while the verdict was out
+
+
 def _admit_call(
-    call: CallRequest, refusal: CallOutcome | None, *, settings: Settings, worker: str,
+    call: CallRequest,
+    refusal: CallOutcome | None,
+    *,
+    settings: Settings,
+    worker: str,
     generation: int | None = None,
+    ask_caller: bool = True,
 ) -> Admitted | CallOutcome | None:
     """:func:`admit` for a valid call, given what the deadline check said of it.
 
@@ -174,12 +230,18 @@ def _admit_call(
     cancels.listen(settings)  # once per process, before its first call
     if refusal is None and cancels.heard(call.call_id):
         refusal = cancels.cancelled_outcome(call, worker=worker, why="cancelled before it started")
-    if refusal is None and not caller_waits(redis_client(settings), call, settings=settings):
-        refusal = shed(call, worker=worker)  # nobody waits for it: shed unrun, like an expired call
+    if (
+        refusal is None
+        and ask_caller
+        and not caller_waits(redis_client(settings), call, settings=settings)
+    ):
+        refusal = shed(call, worker=worker, settings=settings)  # nobody waits for it: shed unrun
     if refusal is not None:
         finish(call, refusal, settings=settings, store=False, holder=tag)
         return refusal
-    if generation is not None and not may_start(call, generation, tag=tag, settings=settings, worker=worker):
+    if generation is not None and not may_start(
+        call, generation, tag=tag, settings=settings, worker=worker
+    ):
         return None
     definition = get_tool(call.tool)
     if (
@@ -227,7 +289,14 @@ _BEGIN_PATIENCE = 10.0
 
 
 def _begin_patiently(
-    client: redis.Redis, call: CallRequest, key: str, *, tag: str, worker: str, ttl_ms: int, patience: float
+    client: redis.Redis,
+    call: CallRequest,
+    key: str,
+    *,
+    tag: str,
+    worker: str,
+    ttl_ms: int,
+    patience: float,
 ) -> tuple[BeginState, str, str, threading.Lock | None] | CallOutcome:
     """Begin a keyed call, trying again while Redis is unreachable (it restarts, say).
 
@@ -294,7 +363,9 @@ def _conclude_plain(
     return results
 
 
-def _forget_frames(self: Any, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+def _forget_frames(
+    self: Any, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
+) -> None:
     """Celery's ``Task.on_failure``: drop the exception's traceback (``einfo`` keeps its text).
 
     Right after this hook, Celery's trace clears every frame of the traceback against

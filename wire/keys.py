@@ -20,11 +20,13 @@ __all__ = [
     "CATALOG",
     "DEADLETTER",
     "DEADLETTER_COUNT",
+    "CALLER_GONE_BEATS",
     "HELD_MARKER_BEATS",
     "PREFIX",
     "WORKERS",
     "call_ttl_ms",
     "caller",
+    "caller_absent",
     "claim",
     "deliveries",
     "fence",
@@ -71,9 +73,21 @@ def caller(client_id: str) -> str:
     """That a client process still waits for its calls: a worker sheds a queued call whose
     caller's key is gone (``CallRequest.caller_beats``).
 
-    TTL: one heartbeat interval, refreshed three times per interval by the client.
+    TTL: one heartbeat interval, refreshed three times per interval by the client. Holds
+    ``gone`` (for :data:`CALLER_GONE_BEATS` intervals) once the client closed, or once
+    workers judged it gone (:data:`wire.scripts.CALLER_LOOK`).
     """
     return f"{PREFIX}caller:{client_id}"
+
+
+#: How many heartbeat intervals a caller's key says ``gone`` once it is judged so.
+CALLER_GONE_BEATS = 20
+
+
+def caller_absent(client_id: str) -> str:
+    """Since when workers have looked for a caller's key and not found it, while Redis took
+    their writes (:data:`wire.scripts.CALLER_LOOK`). TTL: three heartbeat intervals."""
+    return f"{PREFIX}caller-absent:{client_id}"
 
 
 def claim(idempotency_key: str) -> str:

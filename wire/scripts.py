@@ -68,6 +68,7 @@ from wire.formats import RUNNING_MARK, STORED_MARK, WAITING_MARK
 
 __all__ = [
     "BEGIN",
+    "CALLER_LOOK",
     "CLAIM",
     "COMPLETE",
     "DELIVER",
@@ -135,7 +136,9 @@ def reloading(commands: Sequence[Sequence[Arg]], forgotten: Sequence[int]) -> li
     loads: dict[str, tuple[Arg, ...]] = {}
     for i in forgotten:
         command = commands[i]
-        script = _by_sha.get(str(command[1])) if len(command) > 1 and command[0] == "EVALSHA" else None
+        script = (
+            _by_sha.get(str(command[1])) if len(command) > 1 and command[0] == "EVALSHA" else None
+        )
         if script is not None and script.sha not in loads:
             loads[script.sha] = ("SCRIPT", "LOAD", script.source)
     return [*loads.values(), *(tuple(commands[i]) for i in forgotten)]
@@ -356,5 +359,41 @@ if v == WAIT .. ARGV[1] then
   return 1
 end
 return 0
+""",
+)
+
+# KEYS: a caller's liveness key (wire.keys.caller), the record of its absence
+# (wire.keys.caller_absent). ARGV: the window (ms) the key must stay absent while Redis
+# takes these writes, the longest gap (ms) between two looks that still counts as
+# "taking writes", how long the absence record lives (ms), how long a "gone" verdict is
+# kept in the liveness key (ms).
+# Returns 'alive', 'gone' or 'unsure' (absent, but not yet for a whole window of looks).
+# Each look is itself a write: while Redis refuses or delays writes (a pause, a restart,
+# a full memory) no look lands, the chain of looks breaks at the gap and starts again, so
+# an outage can never stand in for a caller's silence.
+CALLER_LOOK = LuaScript(
+    "caller_look",
+    """
+local beat = redis.call('GET', KEYS[1])
+if beat == 'gone' then return 'gone' end
+if beat then
+  redis.call('DEL', KEYS[2])
+  return 'alive'
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local seen = redis.call('HMGET', KEYS[2], 'first', 'last')
+local first, last = tonumber(seen[1]), tonumber(seen[2])
+if first == nil or last == nil or now < last or now - last > tonumber(ARGV[2]) then
+  first = now
+end
+if now - first >= tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[2])
+  redis.call('SET', KEYS[1], 'gone', 'PX', ARGV[4])
+  return 'gone'
+end
+redis.call('HSET', KEYS[2], 'first', first, 'last', now)
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 'unsure'
 """,
 )

@@ -73,7 +73,7 @@ class Batch:
         path = self.data / "runs" / token
         if not path.exists():
             return []
-        return [(what, int(pid)) for what, pid in (line.split() for line in path.read_text().splitlines())]
+        return [(what, int(pid)) for what, pid, _ in (line.split() for line in path.read_text().splitlines())]
 
     def kinds(self) -> collections.Counter[str]:
         """How the calls ended: ``result`` or the error's type."""

@@ -30,7 +30,7 @@ def _runs() -> Path:
 
 def _note(token: str, what: str) -> None:
     with open(_runs() / token, "a") as record:
-        record.write(f"{what} {os.getpid()}\n")
+        record.write(f"{what} {os.getpid()} {time.time():.3f}\n")
 
 
 def _work(token: str, seconds: float) -> dict[str, object]:

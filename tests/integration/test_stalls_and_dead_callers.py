@@ -85,6 +85,60 @@ def test_the_queued_calls_of_a_caller_killed_are_shed_within_about_an_interval(
     assert _started(tmp_path) < 96
 
 
+_MANY_DEAD = """
+import asyncio, sys
+from agent_client import configure, remote_tool
+configure()
+work = remote_tool("deploy_plain", timeout=600)
+
+async def main():
+    calls = [
+        asyncio.ensure_future(work.invoke({"token": f"m{i}", "seconds": 0.5 if i % 2 else 2.0}))
+        for i in range(200)
+    ]
+    await asyncio.sleep(0.5)
+    print("sent", flush=True)
+    await asyncio.gather(*calls)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("pool", ["asyncio", "threads"])
+def test_a_dead_callers_calls_taken_by_a_wide_pool_never_start_past_the_bound(
+    worker_factory: WorkerFactory, fleet_env: dict[str, str], tmp_path: Path, pool: Pool
+) -> None:
+    # A wide pool takes nearly every call at once, while the caller lives; the calls then
+    # wait for a tool thread. Each is checked as its thread takes it: none starts later
+    # than the documented bound after the caller's death (an interval and a third; 1 s
+    # intervals here), though the pool had taken them all before it.
+    worker_factory(pool=pool, concurrency=500 if pool == "asyncio" else 32, queues=(QUEUE,), env=fleet_env)
+    caller = subprocess.Popen(
+        [sys.executable, "-c", _MANY_DEAD], env={**os.environ, **fleet_env}, cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert caller.stdout is not None and caller.stdout.readline().strip() == "sent"
+        assert wait_until(lambda: _started(tmp_path) >= 32, timeout=30)
+        time.sleep(1.5)  # the caller lives on for a moment: the pool takes its calls meanwhile
+    finally:
+        os.kill(caller.pid, signal.SIGKILL)
+        killed_at = time.time()
+        caller.communicate()
+    bound = 1.0 + 1.0 / 3
+    # Long enough for any of the 200 to have started, had they not been shed.
+    assert wait_until(lambda: _started(tmp_path) >= 200, timeout=6 * bound) is False
+    late = [at - killed_at for at in _start_times(tmp_path) if at > killed_at + bound + 0.25]
+    assert late == [], f"{len(late)} calls started past the bound, the last {max(late):.2f}s after the death"
+    assert _started(tmp_path) < 200
+
+
+def _start_times(tmp_path: Path) -> list[float]:
+    folder = tmp_path / "data" / "runs"
+    lines = (line.split() for path in folder.iterdir() for line in path.read_text().splitlines())
+    return [float(at) for what, _, at in lines if what == "start"]
+
+
 def _started(tmp_path: Path) -> int:
     folder = tmp_path / "data" / "runs"
     return sum(path.read_text().split().count("start") for path in folder.iterdir()) if folder.exists() else 0

@@ -19,7 +19,7 @@ NOW = 1_900_000_000.0
 def test_every_key_is_under_the_toolexec_prefix_and_keys_do_not_collide() -> None:
     made = []
     for name in keys.__all__:
-        if name in ("PREFIX", "HELD_MARKER_BEATS", "call_ttl_ms", "running_keys"):
+        if name in ("PREFIX", "HELD_MARKER_BEATS", "CALLER_GONE_BEATS", "call_ttl_ms", "running_keys"):
             continue
         value = getattr(keys, name)
         if callable(value):

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agent_client.errors import (
+    CallerGone,
     RemoteToolError,
     ToolArgumentsInvalid,
     ToolCancelled,
@@ -131,6 +132,17 @@ def test_an_expired_call_is_a_timeout_carrying_the_callers_deadline() -> None:
         result_of("report", failure(ErrorKind.EXPIRED, "DeadlineExpired"), timeout=2.5)
 
     assert (info.value.tool, info.value.timeout) == ("report", 2.5)
+    assert "by the worker's clock before it started" in str(info.value)
+
+
+def test_a_call_shed_because_its_caller_was_judged_gone_is_never_told_as_a_timeout() -> None:
+    shed = failure(ErrorKind.EXPIRED, "CallerGone", "a worker did not run this call: its caller was judged gone")
+    with pytest.raises(CallerGone) as info:
+        result_of("report", shed, timeout=8.0)
+
+    assert not isinstance(info.value, ToolTimeoutError)
+    assert "timed out" not in str(info.value) and "8s" not in str(info.value)
+    assert "'report' was not run: a worker did not run this call" in str(info.value)
 
 
 def test_invalid_arguments_carry_the_workers_field_naming_message_as_the_problem() -> None:
