@@ -158,6 +158,9 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
 
     #: Celery may not stop it from inside a signal handler (it joins threads).
     signal_safe = False
+    #: Its calls share the worker's own process: no one call can be ended on its own
+    #: (executor.seams.request's cancel); a cold stop cancels every coroutine at once.
+    runs_in_process = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

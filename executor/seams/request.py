@@ -44,6 +44,7 @@ from typing import Any
 import pydantic
 from billiard.einfo import ExceptionInfo
 from billiard.exceptions import WorkerLostError
+from celery.concurrency.base import BasePool
 from celery.exceptions import InvalidTaskError
 from celery.utils.time import maybe_iso8601
 from celery.worker.request import Request
@@ -155,6 +156,20 @@ def request_class(settings: Settings) -> type[Request]:
                 hold(redis_client(settings), self.kwargs["call_id"], tag, interval=settings.heartbeat_interval)
             super().on_accepted(pid, time_accepted)
 
+        def cancel(self, pool: Any, signal: Any = None, emit_retry: bool = True) -> None:
+            """Celery's cancel of a running call (a cold stop): on prefork its process is
+            ended; on the pools that run calls in the worker's own process (solo, threads,
+            asyncio) no one call can be stopped, so it is left to end (the asyncio pool's
+            cold stop cancels its coroutines itself), rather than fail the stop with
+            Celery's ``NotImplementedError`` from ``terminate_job``."""
+            if stops_one_job(pool):
+                super().cancel(pool, signal, emit_retry)
+                return
+            logger.info(
+                "cold stop: call %s runs on to its end (the %s pool cannot stop one call)",
+                self.kwargs.get("call_id") if isinstance(self.kwargs, dict) else self.id, type(pool).__name__,
+            )  # fmt: skip
+
         @property
         def tzlocal(self) -> Any:
             # Celery's reads the app's configuration on every message (its cache never
@@ -212,6 +227,12 @@ _UNREAD = object()
 #: The field of a task request that holds its copy's generation (:mod:`wire.copies`), or
 #: None for a first send, which starts without asking.
 GENERATION_KEY = "toolexec_generation"
+
+
+def stops_one_job(pool: Any) -> bool:
+    """Whether Celery's ``pool`` can end one running job (prefork's processes can; a pool
+    running jobs in the worker's own process cannot)."""
+    return type(pool).terminate_job is not BasePool.terminate_job and not getattr(pool, "runs_in_process", False)
 
 
 def _generation(message: Any, delivery_info: Any) -> int | None:
