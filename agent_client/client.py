@@ -33,6 +33,7 @@ from agent_client._io.loop import IOThread, Waiter, reset_after_fork, settle
 from agent_client._io.replies import ProgressReceiver, ReplyRouter
 from agent_client._io.send import LoopBatcher, Publisher
 from agent_client._io.watchdog import Watchdog
+from agent_client.abandon import OnAbandon, with_on_abandon
 from agent_client.cancel import abandoned
 from agent_client.catalog import Catalog
 from agent_client.deadline import Attempts, drive_async, drive_sync, time_left
@@ -156,18 +157,20 @@ class ToolClient:
         run_id: str | None = None,
         idempotency_key: str | None = None,
         handle: bool = False,
+        on_abandon: OnAbandon | None = None,
     ) -> PreparedCall:
         """Validate, key and encode one call (no I/O: the catalog view is read as cached).
 
         A call to a tool that no live worker serves at the moment is prepared all the
         same: its message waits in the queue for a worker, within its deadline.
+        ``on_abandon`` overrides the tool's own (:mod:`agent_client.abandon`).
 
         Raises:
             ToolArgumentsInvalid: The arguments do not fit; nothing is sent.
         """
         def build(spec: ToolSpec) -> PreparedCall:
             return prepare_call(
-                spec, arguments, validator=self.validator(spec), settings=self.settings,
+                with_on_abandon(spec, on_abandon), arguments, validator=self.validator(spec), settings=self.settings,
                 call_id=f"{self.client_id}-{next(self._numbers)}", reply_to=self.client_id,
                 timeout=timeout, run_id=run_id if run_id is not None else current_run_id(),
                 idempotency_key=idempotency_key, origin=self._origin, caller_beats=self.beating,

@@ -1,6 +1,6 @@
 """Hold a call: submit it, wait for it later or from another process, cancel it.
 
-    handle = search.submit({"query": "tides"}, timeout=600)   # sent; returns at once
+    handle = search.submit({"query": "tides"}, timeout=600)   # returns once durably queued
     handle.id                                                 # the call id, for later
     hits = await handle.result(timeout=5)                     # this waiter waits 5 s
     handle.status()                                           # "queued", "running", ...
@@ -8,7 +8,8 @@
     again = attach(handle.id)                                 # from any process
 
 A submitted call is an ordinary call with a record (``wire.handles``), written before its
-message goes out and ended by whoever ends the call: its worker, a cancel that took it
+message goes out (``submit`` returns once Redis, or RabbitMQ, confirmed both: the sender
+may exit at once and the call still runs) and ended by whoever ends the call: its worker, a cancel that took it
 off its queue, or this process for an outcome it received from another call (one it
 joined). Any process can :func:`attach` to the record for ``TOOLEXEC_HANDLE_TTL``
 seconds after its last change, also after the sender died.
@@ -196,8 +197,6 @@ class CallHandle:
         outcome = self._outcome
         if outcome is not None:
             return status_of(outcome.ok, outcome.error.kind.value if outcome.error else None)
-        if kept == "unknown" and self._call is not None:
-            kept = "queued"  # sent by this process: its record is on its way
         if kept in ("queued", "running") and self._deadline_passed():
             return "expired"
         if kept in ("queued", "running", "done", "failed", "cancelled", "expired"):

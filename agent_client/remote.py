@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from agent_client.abandon import OnAbandon, check_on_abandon
 from agent_client.approval import check_approval
 from agent_client.client import ToolClient, get_client
 from agent_client.deadline import NOT_SET, Timeout, check_timeout, resolve_timeout, time_left
@@ -23,7 +24,7 @@ from agent_client.progress import (
     ToolResult,
     stream_call,
 )
-from agent_client.submitted import submit
+from agent_client.submitted import submit, submit_async
 from agent_client.validation import parse_arguments
 from wire.models import ToolSpec
 
@@ -40,6 +41,9 @@ class RemoteTool:
         idempotent: True when repeats within one run share one execution.
         requires_approval: True when a person approves each call before it is sent
             (the tool's ``@tool(requires_approval=)``, unless this proxy overrides it).
+        on_abandon: What happens to a call its caller stops waiting for: ``"cancel"``
+            or ``"leave"`` (the tool's ``@tool(on_abandon=)``, unless this proxy or the
+            call overrides it; :mod:`agent_client.abandon`).
     """
 
     #: LazyBridge's ToolProvider protocol: ``Agent`` calls :meth:`as_tools`.
@@ -53,8 +57,10 @@ class RemoteTool:
         default_timeout: Timeout = NOT_SET,
         client: ToolClient | None = None,
         requires_approval: bool | None = None,
+        on_abandon: OnAbandon | None = None,
     ) -> None:
         self.spec = spec
+        self._on_abandon = check_on_abandon(on_abandon, spec.name)
         self._timeout = check_timeout(timeout)
         self._default_timeout = check_timeout(default_timeout, what="default_timeout")
         self._client = client
@@ -64,6 +70,12 @@ class RemoteTool:
     description = property(lambda self: self.spec.description, doc="What the tool does.")
     parameters = property(lambda self: self.spec.parameters, doc="JSON Schema of the arguments.")
     idempotent = property(lambda self: self.spec.idempotent, doc="Repeats within a run share one execution.")
+
+    @property
+    def on_abandon(self) -> OnAbandon:
+        """Whether a call nobody waits for any more is cancelled or left to run: this
+        proxy's override, else the tool's own."""
+        return self.spec.on_abandon if self._on_abandon is None else self._on_abandon
 
     @property
     def requires_approval(self) -> bool:
@@ -119,6 +131,7 @@ class RemoteTool:
         framework_timeout: Timeout = NOT_SET,
         on_progress: ProgressCallback | None = None,
         started: float | None = None,
+        on_abandon: OnAbandon | None = None,
     ) -> Any:
         """Run the tool with ``arguments`` (a dict); per-call options are keywords.
 
@@ -141,18 +154,21 @@ class RemoteTool:
                 deadline counts from then, so what the caller did first (the MCP
                 server's catalog read) is part of it. If it has passed already, this
                 raises ``ToolTimeoutError`` and sends nothing.
+            on_abandon: ``"cancel"`` or ``"leave"`` this call should its caller stop
+                waiting (its deadline passes, its awaiting task is cancelled); None:
+                the proxy's, else the tool's own (:mod:`agent_client.abandon`).
 
         Raises:
             RemoteToolError: One of its subclasses; see ``agent_client.errors``.
         """
         arguments, options = self._request(
-            arguments, timeout, framework_timeout, run_id, idempotency_key, started
+            arguments, timeout, framework_timeout, run_id, idempotency_key, started, on_abandon
         )
         if on_progress is None:
-            return await self.client.call(self.spec, arguments, **options)
+            return await self.client.call(arguments=arguments, **options)
         sink = ProgressSink.for_loop(on_progress)
         try:
-            return await self.client.call(self.spec, arguments, progress=sink, **options)
+            return await self.client.call(arguments=arguments, progress=sink, **options)
         finally:
             await sink.aclose()
 
@@ -166,6 +182,7 @@ class RemoteTool:
         framework_timeout: Timeout = NOT_SET,
         on_progress: ProgressCallback | None = None,
         started: float | None = None,
+        on_abandon: OnAbandon | None = None,
     ) -> Any:
         """Blocking form of :meth:`invoke`; works inside and outside an event loop.
 
@@ -173,13 +190,13 @@ class RemoteTool:
         the other, and every event is handled before this returns.
         """
         arguments, options = self._request(
-            arguments, timeout, framework_timeout, run_id, idempotency_key, started
+            arguments, timeout, framework_timeout, run_id, idempotency_key, started, on_abandon
         )
         if on_progress is None:
-            return self.client.call_sync(self.spec, arguments, **options)
+            return self.client.call_sync(arguments=arguments, **options)
         sink = ProgressSink.for_thread(on_progress)
         try:
-            return self.client.call_sync(self.spec, arguments, progress=sink, **options)
+            return self.client.call_sync(arguments=arguments, progress=sink, **options)
         finally:
             sink.close()
 
@@ -193,22 +210,47 @@ class RemoteTool:
         framework_timeout: Timeout = NOT_SET,
         on_progress: ProgressCallback | None = None,
         started: float | None = None,
+        on_abandon: OnAbandon | None = None,
     ) -> CallHandle:
-        """Send the call and return its :class:`~agent_client.handles.CallHandle` at once.
+        """Send the call and return its :class:`~agent_client.handles.CallHandle` once the
+        call is durably queued: its record and its message confirmed by Redis (or
+        RabbitMQ). The process may exit right after; the call still runs, and any process
+        finds it with ``agent_client.attach(handle.id)`` for ``TOOLEXEC_HANDLE_TTL`` seconds.
 
         The options are :meth:`invoke`'s. The handle waits (``await handle.result()``,
         ``handle.result_sync()``), tells where the call is (``status()``) and cancels it
-        (``cancel()``); any process can find it again with ``agent_client.attach(handle.id)``
-        for ``TOOLEXEC_HANDLE_TTL`` seconds. ``on_progress`` is called on this process's
-        progress thread. Works from sync and async code alike (it does not block).
+        (``cancel()``). ``on_progress`` is called on this process's progress thread. It
+        blocks for one round trip to Redis (until the deadline while Redis is away): from
+        async code use :meth:`submit_async`.
 
         Raises:
             ToolArgumentsInvalid: The arguments do not fit; nothing is sent.
+            BrokerUnavailable: The call was not confirmed by its deadline (or within
+                ``SUBMIT_PATIENCE``, 30 s, without one) and provably was not sent.
+            ToolOutcomeUnknown: A write of it may have reached Redis, unconfirmed.
         """
         arguments, options = self._request(
-            arguments, timeout, framework_timeout, run_id, idempotency_key, started
+            arguments, timeout, framework_timeout, run_id, idempotency_key, started, on_abandon
         )
-        return submit(self.client, self.spec, arguments, on_progress=on_progress, **options)
+        return submit(self.client, arguments=arguments, on_progress=on_progress, **options)
+
+    async def submit_async(
+        self,
+        arguments: dict[str, Any] | str,
+        *,
+        timeout: Timeout = NOT_SET,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        framework_timeout: Timeout = NOT_SET,
+        on_progress: ProgressCallback | None = None,
+        started: float | None = None,
+        on_abandon: OnAbandon | None = None,
+    ) -> CallHandle:
+        """:meth:`submit` that awaits the confirmation without blocking the event loop."""
+        arguments, options = self._request(
+            arguments, timeout, framework_timeout, run_id, idempotency_key, started, on_abandon
+        )
+        return await submit_async(self.client, arguments=arguments, on_progress=on_progress, **options)
 
     def _request(
         self,
@@ -218,10 +260,13 @@ class RemoteTool:
         run_id: str | None,
         idempotency_key: str | None,
         started: float | None,
+        on_abandon: OnAbandon | None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The one body of :meth:`invoke` and :meth:`invoke_sync`: the arguments as a dict
-        (a model's JSON text parsed, ToolArgumentsInvalid if bad) and the client's options
-        (the deadline resolved, a run, a key)."""
+        """The one body of :meth:`invoke`, :meth:`invoke_sync` and the submits: the
+        arguments as a dict (a model's JSON text parsed, ToolArgumentsInvalid if bad) and
+        the client's options (the deadline resolved, a run, a key, whether to cancel
+        the call once abandoned)."""
+        on_abandon = check_on_abandon(on_abandon, self.name) or self._on_abandon
         arguments = parse_arguments(self.name, arguments) if isinstance(arguments, str) else arguments
         if idempotency_key is not None and not self.spec.idempotent:
             raise ValueError(f"tool {self.name!r} is not idempotent; it takes no idempotency_key")
@@ -229,7 +274,10 @@ class RemoteTool:
         left = time_left(limit, started)
         if limit is not None and left is not None and left <= 0:
             raise ToolTimeoutError(self.name, limit)  # it passed before the call could be sent
-        options = {"timeout": limit, "started": started, "run_id": run_id, "idempotency_key": idempotency_key}
+        options = {
+            "spec": self.spec, "timeout": limit, "started": started, "run_id": run_id,
+            "idempotency_key": idempotency_key, "on_abandon": on_abandon,
+        }  # fmt: skip
         return arguments, options
 
     async def run(self, **arguments: Any) -> Any:
@@ -310,7 +358,7 @@ class RemoteTool:
 
 def remote_tool(
     name: str, *, timeout: Timeout = NOT_SET, client: ToolClient | None = None, wait: float | None = None,
-    requires_approval: bool | None = None,
+    requires_approval: bool | None = None, on_abandon: OnAbandon | None = None,
 ) -> RemoteTool:  # fmt: skip
     """A proxy for the tool ``name``, read from the catalog.
 
@@ -326,6 +374,8 @@ def remote_tool(
             before its workers); by default one must serve it now.
         requires_approval: True or False overrides the tool's ``@tool(requires_approval=)``
             for this proxy; None keeps it.
+        on_abandon: ``"cancel"`` or ``"leave"`` overrides the tool's ``@tool(on_abandon=)``
+            for this proxy's calls; None keeps it (a call may override it again).
 
     Raises:
         ToolNotFound: No live worker serves ``name`` (within ``wait``); the message
@@ -335,9 +385,10 @@ def remote_tool(
     if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0):
         raise ValueError(f"wait must be a number of seconds >= 0 or None; got {wait!r}")
     approval = check_approval(requires_approval, name)
+    abandon = check_on_abandon(on_abandon, name)
     client = client or get_client()
     spec = client.catalog.spec(name, wait=wait)
-    return RemoteTool(spec, timeout=timeout, client=client, requires_approval=approval)
+    return RemoteTool(spec, timeout=timeout, client=client, requires_approval=approval, on_abandon=abandon)
 
 
 def _unset_if_none(value: float | None) -> Timeout:

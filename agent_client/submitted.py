@@ -5,13 +5,15 @@ See :mod:`agent_client.handles` for what a handle does.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import time
 from typing import TYPE_CHECKING, Any
 
 from agent_client._io import cancels
 from agent_client._io.link import NotSent
-from agent_client.errors import BrokerUnavailable
+from agent_client.abandon import OnAbandon
+from agent_client.errors import BrokerUnavailable, RemoteToolError, ToolOutcomeUnknown
 from agent_client.handles import CallHandle, CallNotFound, held
 from agent_client.progress import ProgressCallback, ProgressSink
 from wire.formats import waiter_entry
@@ -21,20 +23,94 @@ if TYPE_CHECKING:
     from agent_client.client import ToolClient
     from agent_client.prepare import PreparedCall
 
-__all__ = ["attach", "submit"]
+__all__ = ["SUBMIT_PATIENCE", "attach", "submit", "submit_async"]
+
+
+#: How long a submit without a deadline waits for Redis (or RabbitMQ) to confirm its call.
+SUBMIT_PATIENCE = 30.0
 
 
 def submit(
     client: ToolClient, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None,
     started: float | None = None, run_id: str | None = None, idempotency_key: str | None = None,
-    on_progress: ProgressCallback | None = None,
+    on_progress: ProgressCallback | None = None, on_abandon: OnAbandon | None = None,
 ) -> CallHandle:  # fmt: skip
-    """Send a call with a record, and return its handle at once (``RemoteTool.submit``)."""
+    """Send a call with a record; return its handle once both are durably queued
+    (``RemoteTool.submit``).
+
+    Raises:
+        BrokerUnavailable: Nothing of the call was confirmed by its deadline (or within
+            :data:`SUBMIT_PATIENCE` without one), and it provably was not sent.
+        ToolOutcomeUnknown: A write of it may have reached Redis, unconfirmed.
+    """
+    handle, queued, patience = _send(
+        client, spec, arguments, timeout=timeout, started=started, run_id=run_id,
+        idempotency_key=idempotency_key, on_progress=on_progress, on_abandon=on_abandon,
+    )  # fmt: skip
+    try:
+        queued.result(patience)
+    except concurrent.futures.TimeoutError:
+        raise _not_queued(client, handle, patience) from None
+    return handle
+
+
+async def submit_async(
+    client: ToolClient, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None,
+    started: float | None = None, run_id: str | None = None, idempotency_key: str | None = None,
+    on_progress: ProgressCallback | None = None, on_abandon: OnAbandon | None = None,
+) -> CallHandle:  # fmt: skip
+    """:func:`submit` that awaits the confirmation without blocking the event loop."""
+    handle, queued, patience = _send(
+        client, spec, arguments, timeout=timeout, started=started, run_id=run_id,
+        idempotency_key=idempotency_key, on_progress=on_progress, on_abandon=on_abandon,
+    )  # fmt: skip
+    # Shielded: the confirmation's future is the I/O thread's, and a wait that ends must
+    # not cancel it.
+    done, _ = await asyncio.wait({asyncio.shield(asyncio.wrap_future(queued))}, timeout=patience)
+    if not done:
+        raise _not_queued(client, handle, patience)
+    return handle
+
+
+def _not_queued(client: ToolClient, handle: CallHandle, patience: float) -> RemoteToolError:
+    """The error of a submit that was not confirmed in time; the call is given up."""
+    state = handle._state
+    confirmed, written, why = state.abandon() if state is not None else (False, False, "")
+    client.replies.forget(handle.id)
+    held(client).pop(handle.id, None)
+    if confirmed:  # confirmed as the wait ended
+        return BrokerUnavailable(f"call {handle.id} to {handle.tool!r} was confirmed too late", tool=handle.tool)
+    reason = f" ({why})" if why else ""
+    if written:
+        error: RemoteToolError = ToolOutcomeUnknown(
+            handle.tool, patience,
+            reason=f"a write of the call may have reached Redis, but it was not confirmed within {patience:g}s{reason}",
+        )  # fmt: skip
+    else:
+        error = BrokerUnavailable(
+            f"cannot submit the call to {handle.tool!r}: the broker did not take it within {patience:g}s{reason}; "
+            "the call was not sent",
+            tool=handle.tool,
+        )  # fmt: skip
+    error.call_id = handle.id
+    return error
+
+
+def _send(
+    client: ToolClient, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None,
+    started: float | None, run_id: str | None, idempotency_key: str | None,
+    on_progress: ProgressCallback | None, on_abandon: OnAbandon | None,
+) -> tuple[CallHandle, concurrent.futures.Future[None], float]:  # fmt: skip
+    """Hand a call with a record to the I/O thread: its handle, the future its first
+    confirmation resolves, and how long to wait for it."""
     from agent_client.client import _joined_an_expired_call
     from agent_client.deadline import time_left
 
     left = time_left(timeout, started)
-    call = client.prepare(spec, arguments, timeout=left, run_id=run_id, idempotency_key=idempotency_key, handle=True)
+    call = client.prepare(
+        spec, arguments, timeout=left, run_id=run_id, idempotency_key=idempotency_key, handle=True,
+        on_abandon=on_abandon,
+    )  # fmt: skip
     handle = CallHandle(
         client, call_id=call.call_id, tool=spec.name, queue=call.spec.queue, envelope=call.envelope,
         deadline=call.request.deadline, timeout=timeout, spec=call.spec,
@@ -63,7 +139,7 @@ def submit(
                 # It joined a call that expired unrun: nothing ran, claim it again.
                 again = client.prepare(
                     spec, arguments, timeout=handle._left(), run_id=call.request.run_id,
-                    idempotency_key=idempotency_key,
+                    idempotency_key=idempotency_key, on_abandon=on_abandon,
                 )  # fmt: skip
                 attempt(again, None)
                 return
@@ -73,9 +149,11 @@ def submit(
 
     held(client)[call.call_id] = handle
     attempt(call, record)
+    state = handle._state
+    assert state is not None  # a submitted call is always sent (ToolClient._send)
     if left is not None:
         client.io.call_soon(lambda: client.io.loop.call_later(max(0.0, left), handle._expire))
-    return handle
+    return handle, state.queued, SUBMIT_PATIENCE if left is None else max(0.0, left)
 
 
 def attach(call_id: str, *, client: ToolClient | None = None) -> CallHandle:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from agent_client.abandon import OnAbandon, on_abandon_overrides
 from agent_client.approval import approval_overrides
 from agent_client.client import ToolClient, get_client
 from agent_client.deadline import NOT_SET, Timeout
@@ -62,6 +63,7 @@ class RemoteToolset:
 def remote_tools(
     *, default_timeout: Timeout = NOT_SET, queues: Iterable[str] | None = None, client: ToolClient | None = None,
     wait: float | None = None, requires_approval: bool | Mapping[str, bool] | None = None,
+    on_abandon: OnAbandon | Mapping[str, OnAbandon] | None = None,
 ) -> RemoteToolset:  # fmt: skip
     """Proxies for every tool a live worker serves.
 
@@ -78,9 +80,13 @@ def remote_tools(
             False for every tool of the set, or a mapping of tool names to True or False
             for those tools (a name not in the set raises ``ValueError``); None keeps
             each tool's own.
+        on_abandon: Overrides each tool's ``@tool(on_abandon=)``: ``"cancel"`` or
+            ``"leave"`` for every tool of the set, or a mapping of tool names to either;
+            None keeps each tool's own (a call may override it again).
 
     Raises:
-        ValueError: A bad ``wait``, or ``requires_approval`` names a tool not in the set.
+        ValueError: A bad ``wait`` or ``on_abandon``, or ``requires_approval`` or
+            ``on_abandon`` names a tool not in the set.
         TypeError: A ``requires_approval`` value that is not True, False or None.
     """
     if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0):
@@ -88,8 +94,12 @@ def remote_tools(
     client = client or get_client()
     wanted = None if queues is None else frozenset(queues)
     specs = client.catalog.specs(wanted, wait=wait)
-    overrides = approval_overrides(requires_approval, [s.name for s in specs])
+    names = [s.name for s in specs]
+    approvals, abandons = approval_overrides(requires_approval, names), on_abandon_overrides(on_abandon, names)
     return RemoteToolset(
-        RemoteTool(s, default_timeout=default_timeout, client=client, requires_approval=overrides.get(s.name))
+        RemoteTool(
+            s, default_timeout=default_timeout, client=client, requires_approval=approvals.get(s.name),
+            on_abandon=abandons.get(s.name),
+        )
         for s in specs
-    )
+    )  # fmt: skip

@@ -137,6 +137,8 @@ def tool_rows(live: Live, settings: Settings) -> list[dict[str, Any]]:
                 "hard_timeout": spec.hard_timeout,
                 "delivery": spec.delivery,
                 "retries": spec.retries,
+                "requires_approval": spec.requires_approval,
+                "on_abandon": spec.on_abandon,
                 "description": spec.description.strip().splitlines()[0]
                 if spec.description.strip()
                 else "",

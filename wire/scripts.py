@@ -382,8 +382,14 @@ if beat then
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local seen = redis.call('HMGET', KEYS[2], 'first', 'last')
-local first, last = tonumber(seen[1]), tonumber(seen[2])
+local first, last
+local seen = redis.call('GET', KEYS[2])
+if seen then
+  local comma = string.find(seen, ',', 1, true)
+  if comma then
+    first, last = tonumber(string.sub(seen, 1, comma - 1)), tonumber(string.sub(seen, comma + 1))
+  end
+end
 if first == nil or last == nil or now < last or now - last > tonumber(ARGV[2]) then
   first = now
 end
@@ -392,8 +398,7 @@ if now - first >= tonumber(ARGV[1]) then
   redis.call('SET', KEYS[1], 'gone', 'PX', ARGV[4])
   return 'gone'
 end
-redis.call('HSET', KEYS[2], 'first', first, 'last', now)
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[2], first .. ',' .. now, 'PX', ARGV[3])
 return 'unsure'
 """,
 )

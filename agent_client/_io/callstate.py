@@ -22,6 +22,7 @@ and the client's I/O thread, which sends the call and watches it:
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -67,6 +68,7 @@ class CallState:
         fence_ttl_ms: How long the call's fence lives (``wire.keys.fence``).
         pushed: The text of the latest copy pushed: the envelope, then each copy sent again.
         seen_holder: The call's holder record as the watchdog last read it (stale or not).
+        queued: Resolved once the send was first confirmed (``RemoteTool.submit`` waits for it).
     """
 
     tool: str
@@ -88,6 +90,9 @@ class CallState:
     fence_ttl_ms: int = 1000
     pushed: str = ""
     seen_holder: bytes | None = None
+    #: Resolved once Redis (or RabbitMQ) first confirmed the send: the call is queued,
+    #: claimed or joined, and a submitted call's record written before it.
+    queued: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future, repr=False)
     _written_before: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -110,6 +115,8 @@ class CallState:
         self.since = time.monotonic()
         self.absent_since = None
         self.confirmed = True
+        if not self.queued.done():
+            self.queued.set_result(None)
 
     def abandon(self) -> tuple[bool, bool, str]:
         """Stop sending (caller); ``(confirmed, written, last error)`` as of this moment."""

@@ -106,6 +106,16 @@ def cli_steps(steps: int, pause: float = 0.0) -> dict[str, Any]:
     return {"steps": steps}
 
 
+@tool(queue=QUEUE, requires_approval=True)
+def cli_approved(text: str) -> str:
+    """Return `text`; a person approves each call first.
+
+    Args:
+        text: What to return.
+    """
+    return text
+
+
 @tool(queue=IDLE_QUEUE)
 def cli_idle() -> None:
     """Do nothing; no worker consumes this tool's queue."""

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -30,6 +34,7 @@ from agent_client import (
     ToolClient,
     ToolTimeoutError,
     WorkerLost,
+    attach,
     remote_tool,
 )
 from agent_client.runs import idempotency_key
@@ -453,3 +458,77 @@ def test_calls_go_through_again_once_the_broker_is_back(
     finally:
         through.close()
         proxy.stop()
+
+
+# -- a handle you can walk away from ------------------------------------------------------
+
+_WALK_AWAY = """
+import os, signal, sys
+from agent_client import configure, get_client, remote_tool
+
+how, senders, prefix = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+for i in range(senders):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the sender: submit, tell the id, and leave at once
+        os.close(read)
+        configure()
+        handle = remote_tool("broker_slow").submit({"counter": f"{prefix}:{i}", "seconds": 0.0}, timeout=60)
+        os.write(write, handle.id.encode())
+        if how == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if how == "close":
+            get_client().close()
+        sys.exit(0)
+    os.close(write)
+    with os.fdopen(read) as told:
+        call_id = told.read()
+    _, status = os.waitpid(pid, 0)
+    print(call_id, status, flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["sigkill", "close", "exit"])
+def test_a_call_whose_sender_leaves_the_moment_submit_returns_runs_once_and_is_found(
+    how: str, broker: Broker, solo: Callable[[], WorkerProcess], client: ToolClient, redis_client: redis.Redis
+) -> None:
+    # submit() returns once the call's record and message are confirmed: a sender that
+    # leaves right after (SIGKILLed, after closing its client, or just exiting) loses
+    # nothing. 20 senders, each its own process.
+    solo()
+    prefix = f"{_PREFIX}walk:{uuid.uuid4().hex}"
+    senders = subprocess.run(
+        [sys.executable, "-c", _WALK_AWAY, how, "20", prefix], env={**os.environ, **broker.env},
+        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert senders.returncode == 0, senders.stderr[-3000:]
+    told = [line.split() for line in senders.stdout.splitlines()]
+    assert len(told) == 20, senders.stdout
+    expected_status = signal.SIGKILL if how == "sigkill" else 0
+    assert all(int(status) == expected_status for _, status in told), told
+    for i, (call_id, _) in enumerate(told):
+        handle = attach(call_id, client=client)  # a sender that never submitted has no id to tell
+        assert handle.result_sync(timeout=30)["runs"] == 1, i
+        assert handle.status() == "done"
+        assert Counter(f"{prefix}:{i}", redis_client)() == 1
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_submit_the_broker_cannot_take_raises_broker_unavailable_by_its_deadline(
+    mode: str, broker: Broker, shared_worker: WorkerProcess, closed_port: int
+) -> None:
+    down = broker.client(broker.at_port(closed_port))
+    try:
+        echo = remote_tool("broker_echo", client=down)
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailable) as raised:
+            if mode == "sync":
+                echo.submit({"text": "hello"}, timeout=1.0)
+            else:
+                asyncio.run(echo.submit_async({"text": "hello"}, timeout=1.0))
+        elapsed = time.monotonic() - started
+    finally:
+        down.close()
+    assert 0.9 <= elapsed < 1.6, f"heard after {elapsed:.2f}s"
+    assert "the call was not sent" in str(raised.value)
+    assert raised.value.call_id  # the call it gave up, named

@@ -25,6 +25,7 @@ from agent_client import (
     ToolTimeoutError,
     attach,
     remote_tool,
+    remote_tools,
 )
 from tests.integration.conftest import PROJECT_ROOT, stop_quickly
 from tests.integration.handle_support import (
@@ -120,6 +121,42 @@ def test_on_abandon_cancel_stops_the_work_when_the_callers_deadline_passes(
     assert wait_until(lambda: runs(env, mark) == ["start", "stopped"], timeout=5), runs(env, mark)
 
 
+@pytest.mark.parametrize("level", ["call", "proxy", "toolset"])
+def test_the_caller_chooses_on_abandon_per_call_per_proxy_and_per_toolset(
+    worker: WorkerProcess, client: ToolClient, env: dict[str, str], level: str
+) -> None:
+    # `slow` leaves an abandoned call running by its own setting; the agent side asks
+    # for it to be cancelled instead, at each level. And `abandoned`, which cancels by
+    # its own setting, is left running when the call says so.
+    mark, kept = token(), token()
+    arguments = {"token": mark, "seconds": 30.0}
+    if level == "call":
+        slow = remote_tool("slow", client=client)
+        with pytest.raises(ToolTimeoutError):
+            slow.invoke_sync(arguments, timeout=1.0, on_abandon="cancel")
+        with pytest.raises(ToolTimeoutError):
+            remote_tool("abandoned", client=client).invoke_sync(
+                {"token": kept, "seconds": 3.0}, timeout=1.0, on_abandon="leave"
+            )
+        assert wait_until(lambda: runs(env, kept) == ["start", "end"], timeout=10), runs(env, kept)
+    else:
+        if level == "proxy":
+            slow = remote_tool("slow", client=client, on_abandon="cancel")
+        else:
+            slow = remote_tools(client=client, queues=["handles"], on_abandon={"slow": "cancel"})["slow"]
+        assert slow.on_abandon == "cancel"
+        with pytest.raises(ToolTimeoutError):
+            slow.invoke_sync(arguments, timeout=1.0)
+    assert wait_until(lambda: runs(env, mark) == ["start", "stopped"], timeout=5), runs(env, mark)
+
+
+def test_an_on_abandon_that_is_neither_leave_nor_cancel_is_refused_naming_it(client: ToolClient) -> None:
+    with pytest.raises(ValueError, match="on_abandon for tool 'slow' must be 'leave', 'cancel' or None; got 'stop'"):
+        remote_tool("slow", client=client, on_abandon="stop")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="on_abandon names tools not in this toolset: 'nope'"):
+        remote_tools(client=client, queues=["handles"], on_abandon={"nope": "cancel"})
+
+
 def test_on_abandon_cancel_stops_the_work_when_the_awaiting_task_is_cancelled(
     worker: WorkerProcess, client: ToolClient, env: dict[str, str]
 ) -> None:
@@ -194,6 +231,10 @@ def test_toolexec_cancel_stops_a_call_and_says_when_it_had_ended(
     assert runs(env, mark) == ["start", "stopped"]
     again = cancel(handle.id)
     assert again.returncode == 1 and f"call {handle.id} had ended (cancelled): nothing to cancel" in again.stderr
+    unknown = cancel("no-such-id")
+    assert unknown.returncode == 4, unknown.stderr
+    assert "no call no-such-id is known" in unknown.stderr and "nothing was cancelled" in unknown.stderr
+    assert "cancelled no-such-id" not in unknown.stdout
 
 
 def test_a_sync_tool_that_ignores_its_cancel_is_answered_after_its_grace_and_shown_in_status(

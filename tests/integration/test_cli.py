@@ -485,6 +485,8 @@ def test_tools_json_lists_each_live_tool_with_its_queue_timeout_delivery_and_wor
     assert cli_worker.info.worker_id in echo["workers"]
     assert rows["cli_sleep"]["timeout_from"] == "settings"
     assert "cli_idle" not in rows  # no live worker serves it
+    assert (rows["cli_approved"]["requires_approval"], echo["requires_approval"]) == (True, False)
+    assert echo["on_abandon"] == "leave"
 
 
 @pytest.mark.parametrize("columns", ["80", "200"])
@@ -495,7 +497,7 @@ def test_tools_without_json_prints_every_field_whole_in_a_terminal_of_any_width(
 
     assert done.returncode == 0, done.stderr
     assert "…" not in done.stdout
-    for field in ("cli_echo", cli_worker.info.worker_id, "at least once", "30s"):
+    for field in ("cli_echo", cli_worker.info.worker_id, "at least once", "30s", "required"):
         assert field in done.stdout, f"{field!r} missing at {columns} columns:\n{done.stdout}"
 
 

@@ -403,6 +403,30 @@ def test_another_server_process_finds_the_task_by_its_id(server: Server) -> None
     assert types.CallToolResult.model_validate(done["result"]).structured_content == {"steps": 5}
 
 
+def test_a_task_whose_session_and_server_end_the_moment_it_is_created_runs_and_is_found(
+    server: Server, tmp_path: Path
+) -> None:
+    # The task id is returned only once the call is durably queued: the host closes its
+    # session at once, the stdio server process that made the task ends with it, and a
+    # new session of another server finds the task and its result. Five times over.
+    async def main() -> list[tuple[str, dict[str, Any]]]:
+        made: list[tuple[str, str]] = []
+        for i in range(5):
+            marker = str(tmp_path / f"left-{i}")
+            async with server.client(stdio=True) as first:
+                created = await first.session.call_tool(
+                    "task_steps", {"steps": 1, "pause": 0.0, "marker": marker}, allow_claimed=True
+                )
+                assert isinstance(created, CreateTaskResult)
+            made.append((created.task_id, marker))
+        async with server.client() as second:
+            return [(marker, await wait_for(second.session, task_id, "completed")) for task_id, marker in made]
+
+    for marker, done in anyio.run(main):
+        assert types.CallToolResult.model_validate(done["result"]).structured_content == {"steps": 1}
+        assert Path(marker).read_text() == "done"
+
+
 def test_a_listen_stream_naming_the_task_gets_its_state_at_each_change(server: Server) -> None:
     async def main() -> tuple[dict[str, Any], dict[str, Any], list[dict[str, Any]]]:
         async with server.raw() as pipe:

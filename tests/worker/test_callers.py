@@ -18,6 +18,7 @@ import redis
 
 from executor import callers
 from executor.callers import Verdict, caller_waits, look
+from tests.integration.test_tls_acl import documented_acl
 from wire import keys
 from wire.clock import shared_now
 from wire.models import CallRequest
@@ -107,3 +108,22 @@ def test_a_redis_that_cannot_be_asked_lets_the_call_run_after_two_intervals(
             assert caller_waits(unreachable, call, settings=fast) is True
     assert time.monotonic() - started >= 2 * INTERVAL
     assert "could not tell" in caplog.text
+
+
+def test_every_look_runs_as_the_acl_user_docs_security_gives(client: redis.Redis, fast: Settings) -> None:
+    # The look's script reads and writes only what the documented ACL allows (a denial
+    # would read as "cannot ask" and let a dead caller's call run after two intervals).
+    rules = next(line for line in documented_acl() if line.startswith("user toolexec "))
+    name = f"look-{uuid.uuid4().hex[:8]}"
+    client.execute_command("ACL", "SETUSER", name, *rules.split()[2:], "resetpass", ">secret")
+    try:
+        kwargs = client.connection_pool.connection_kwargs
+        with redis.Redis(host=kwargs["host"], port=kwargs["port"], username=name, password="secret") as limited:
+            call = _call()
+            assert look(limited, call, settings=fast) is Verdict.UNSURE  # absent: counted
+            assert caller_waits(limited, call, settings=fast) is False  # and judged gone
+            live = _call()
+            limited.set(keys.caller(live.reply_to), "1", px=5000)
+            assert look(limited, live, settings=fast) is Verdict.ALIVE
+    finally:
+        client.execute_command("ACL", "DELUSER", name)

@@ -44,7 +44,7 @@ _MEASURING = Console(width=10_000, file=io.StringIO())
 
 def _tools_table(rows: list[dict[str, Any]], *, description: bool) -> Table:
     table = Table(title="tools live workers serve", title_justify="left")
-    for column in ("tool", "queue", "idempotent", "timeout", "delivery", "workers"):
+    for column in ("tool", "queue", "idempotent", "timeout", "delivery", "approval", "workers"):
         table.add_column(column, no_wrap=True)
     if description:
         table.add_column("description", overflow="fold", ratio=1)
@@ -60,15 +60,16 @@ def _fields(row: dict[str, Any]) -> tuple[str, ...]:
         "yes" if row["idempotent"] else "no",
         _timeout(row),
         row["delivery"].replace("_", " "),
+        "required" if row.get("requires_approval") else "no",
         "\n".join(row["workers"]),
         row["description"],
     )
 
 
 def _tool_block(row: dict[str, Any]) -> RenderableType:
-    name, queue, idempotent, timeout, delivery, _, description = _fields(row)
+    name, queue, idempotent, timeout, delivery, approval, _, description = _fields(row)
     lines = [
-        f"queue {queue} · idempotent {idempotent} · timeout {timeout} · delivery {delivery}",
+        f"queue {queue} · idempotent {idempotent} · timeout {timeout} · delivery {delivery} · approval {approval}",
         f"workers {', '.join(row['workers'])}",
     ]
     if description:

@@ -3,13 +3,14 @@
 A 2026-07-28 request that declares the extension in its capabilities
 (``_meta["io.modelcontextprotocol/clientCapabilities"].extensions``) gets, for
 ``tools/call``, a task instead of the result: the call is sent with
-``RemoteTool.submit`` and the response (``resultType: "task"``) names it by its toolexec
-call id, once its record is kept in Redis (so ``tasks/get`` finds it from any
-``toolexec mcp`` process). A request that does not declare it, and every handshake-era
+``RemoteTool.submit_async`` and the response (``resultType: "task"``) names it by its
+toolexec call id once the call is durably queued, its record and message confirmed (so
+``tasks/get`` finds it from any session of any ``toolexec mcp`` process, also after the
+session and the process that created it are gone). A request that does not declare it, and every handshake-era
 session (the extension is not defined there), gets the result as before. A call refused
 before it is sent (a bad ``_meta``, invalid arguments, a tool no worker serves), or one
-that ends before its record is kept (Redis unreachable), is answered with its result at
-once, which the spec allows: the server decides, per request, whether to make a task.
+that could not be queued by its deadline (Redis unreachable), is answered with its error
+result at once, which the spec allows: the server decides, per request, whether to make a task.
 
 How a call's state reads as a task (:meth:`Task.wire`, what ``tasks/get`` and
 ``notifications/tasks`` carry):
@@ -81,8 +82,6 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 MAX_TASKS = 10_000
 #: The polling interval suggested to clients (``pollIntervalMs``).
 POLL_INTERVAL_MS = 1000
-#: Seconds to wait, after a submit, for the call's record to be kept.
-_DURABLE_WAIT = READ_TIMEOUT
 
 TaskStatus = Literal["working", "completed", "failed", "cancelled"]
 
@@ -233,11 +232,12 @@ class TaskStore:
         self, remote: RemoteTool, arguments: dict[str, Any], *, timeout: Timeout, run_id: str | None,
         started: float,
     ) -> dict[str, Any] | types.CallToolResult:  # fmt: skip
-        """Submit the call and return its ``CreateTaskResult``, or its ``CallToolResult``
-        if it ended before its record was kept.
+        """Submit the call and return its ``CreateTaskResult`` once the call is durably
+        queued (its record and message confirmed).
 
         Raises:
-            RemoteToolError: The call was refused before it was sent.
+            RemoteToolError: The call was refused before it was sent, or was not confirmed
+                in time (``BrokerUnavailable``, ``ToolOutcomeUnknown``).
         """
         loop = asyncio.get_running_loop()
         holder: list[Task] = []
@@ -248,13 +248,13 @@ class TaskStore:
             except RuntimeError:
                 pass  # the server's loop is closed: nobody asks any more
 
-        handle = remote.submit(
+        # Returns once the call's record and message are confirmed (durably queued): the
+        # task outlives this session and this process. Not confirmed in time, it raises.
+        handle = await remote.submit_async(
             arguments, timeout=timeout, run_id=run_id, started=started, on_progress=on_progress
         )
         task = Task(handle, ttl=self.client.settings.handle_ttl)
         holder.append(task)
-        if not await _kept(handle):
-            return self._answer(handle)
         self._remember(task)
         return {"resultType": "task", **task.wire()}
 
@@ -353,18 +353,6 @@ class TaskStore:
             await task.handle.result()
         self.settle(task)
 
-    def _answer(self, handle: CallHandle) -> types.CallToolResult:
-        """The ``CallToolResult`` of an ended call, as a plain call gets it."""
-        try:
-            value = handle.result_sync(timeout=0)
-        except RemoteToolError as exc:
-            return self._result_of(None, exc)
-        except Exception as exc:  # a toolexec bug: an error result too
-            logger.error("tools/call %s failed inside toolexec: %s", handle.id, type(exc).__name__)
-            logger.debug("tools/call %s failed inside toolexec", handle.id, exc_info=True)
-            return self._result_of(None, exc)
-        return self._result_of(value, None)
-
     def _reported(self, holder: list[Task], event: ProgressEvent) -> None:
         task = holder[0]
         task.reported(event)
@@ -379,22 +367,3 @@ class TaskStore:
                 listener(task)
             except Exception:  # one stream's failure must not keep the others uninformed
                 logger.warning("a task listener failed", exc_info=True)
-
-
-async def _kept(handle: CallHandle) -> bool:
-    """Wait until the call's record is kept (True), or the call ended first (False).
-
-    The spec wants a task findable before it is returned. The record is written before
-    the call's message goes out, on the client's I/O thread. Past :data:`_DURABLE_WAIT`
-    (Redis slow), the task is returned anyway: this process remembers it.
-    """
-    with anyio.move_on_after(_DURABLE_WAIT):
-        while not handle.done():
-            try:
-                if await handle.status_async() != "unknown":
-                    return True
-            except BrokerUnavailable:
-                pass
-            await anyio.sleep(0.005)
-        return False
-    return not handle.done()
