@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from agent_client.calls import SentCall, sent_calls
 from agent_client.client import ToolClient, configure, get_client
 from agent_client.deadline import NOT_SET, NotSet
 from agent_client.errors import (
@@ -41,6 +42,9 @@ __all__ = [
     # Runs
     "run_scope",
     "current_run_id",
+    # Call ids
+    "sent_calls",
+    "SentCall",
     # Deadlines
     "NOT_SET",
     "NotSet",

@@ -34,10 +34,11 @@ from agent_client._io.replies import ProgressReceiver, ReplyRouter
 from agent_client._io.send import LoopBatcher, Publisher
 from agent_client._io.watchdog import Watchdog
 from agent_client.abandon import OnAbandon, with_on_abandon
+from agent_client.calls import record_sent
 from agent_client.cancel import abandoned
 from agent_client.catalog import Catalog
 from agent_client.deadline import Attempts, drive_async, drive_sync, time_left
-from agent_client.errors import ToolTimeoutError, deadline_error, result_of
+from agent_client.errors import RemoteToolError, ToolTimeoutError, deadline_error, result_of
 from agent_client.prepare import PreparedCall, prepare_call
 from agent_client.progress import ProgressSink
 from agent_client.runs import StoredOutcomes, current_run_id
@@ -179,7 +180,10 @@ class ToolClient:
 
         call = build(spec)  # a bad call is refused before any I/O
         live = self.catalog.known(spec.name)  # cached; read again in the background when stale
-        return call if live is None or self._same_spec(live, spec) else build(live)  # the tool changed since the proxy was made
+        if live is not None and not self._same_spec(live, spec):
+            call = build(live)  # the tool changed since the proxy was made
+        record_sent(call.call_id, call.spec.name)
+        return call
 
     def _same_spec(self, live: ToolSpec, spec: ToolSpec) -> bool:
         # Each catalog read makes new spec objects: the last pair found equal is kept per
@@ -333,7 +337,11 @@ class ToolClient:
     def _result(self, call: PreparedCall, outcome: CallOutcome, *, timeout: float | None) -> Any:
         if call.idempotency_key is not None and should_store(call.spec, outcome):
             self.stored.put(call.idempotency_key, outcome)
-        return result_of(call.spec.name, outcome, timeout=timeout, available=self._available(outcome))
+        try:
+            return result_of(call.spec.name, outcome, timeout=timeout, available=self._available(outcome))
+        except RemoteToolError as exc:
+            exc.call_id = exc.call_id or call.call_id  # every error names its call
+            raise
 
     def _available(self, outcome: CallOutcome) -> list[str]:
         # Only read for a worker's "not found" (a worker without a tool the catalog lists).

@@ -54,9 +54,10 @@ class RemoteToolError(Exception):
 
     Attributes:
         tool: Name of the tool called, or None when the error concerns no single tool.
-        call_id: The id of the call the error ended, when it was raised at the call's
-            deadline (``ToolTimeoutError``, or ``ToolOutcomeUnknown`` / ``BrokerUnavailable``
-            there): what ``toolexec cancel`` and the worker's logs name it by. None otherwise.
+        call_id: The id of the call the error ended: what ``toolexec cancel``, ``attach``
+            and the worker's logs name it by. Set on every error of a call that was
+            prepared (at its deadline, or from its outcome); None for an error raised
+            before a call existed (invalid arguments, no such tool, no catalog).
     """
 
     call_id: str | None = None

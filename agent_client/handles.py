@@ -253,6 +253,7 @@ class CallHandle:
             else:
                 value = result_of(self.tool, outcome, timeout=self._timeout)
         except RemoteToolError as exc:
+            exc.call_id = exc.call_id or self.id
             self._finish(error=exc)
         else:
             self._finish(value=value)

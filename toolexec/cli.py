@@ -256,8 +256,19 @@ def mcp(
         ),
     ] = None,
     host: Annotated[str, typer.Option("--host", help="Address to bind with --http.")] = "127.0.0.1",
+    approve_all: Annotated[
+        bool,
+        typer.Option(
+            "--approve-all",
+            help="Send calls of tools that require approval without asking the host (the operator approves them all).",
+        ),
+    ] = False,
 ) -> None:
-    """Serve the live tools as an MCP server (stdio, or streamable HTTP with --http PORT)."""
+    """Serve the live tools as an MCP server (stdio, or streamable HTTP with --http PORT).
+
+    A tool that requires approval is sent only once the host's user approved the call
+    (MCP elicitation); a host that cannot be asked is refused, unless --approve-all.
+    """
     from agent_client.frameworks import MissingExtra
 
     try:
@@ -265,7 +276,10 @@ def mcp(
     except MissingExtra as exc:
         raise CommandFailed(str(exc), ExitCode.BAD_ARGUMENTS) from None
     settings = Settings.from_env()
-    code = serve_stdio(settings) if http is None else serve_http(settings, host, http)
+    if http is None:
+        code = serve_stdio(settings, approve_all=approve_all)
+    else:
+        code = serve_http(settings, host, http, approve_all=approve_all)
     raise typer.Exit(code)
 
 

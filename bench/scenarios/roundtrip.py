@@ -5,7 +5,8 @@ the path itself. Plain Celery is ``send_task(...).get()`` with a Redis result ba
 on the same broker, pool and concurrency; the floor is an LPUSH of a request and a
 BRPOP of its reply, with a server that does nothing else. Beside the plain call, a
 submitted one (``tool.submit({}).result_sync()``: the same call with a record another
-process can attach to), and the ratio of their medians. toolexec is also measured on a
+process can attach to), and the ratio of their medians; and ``submit()`` alone, which
+returns once the call is durably queued (the latency a sender pays before it may exit). toolexec is also measured on a
 second pool (``Sizes.throughput_pool``: the asyncio pool, ``-c`` as in scenario 2) by a
 worker of its own, the same sync call to the same no-op, its blocks alternated with the
 others; over RabbitMQ (``--broker amqp``) only the shared pool is measured.
@@ -14,8 +15,10 @@ others; over RabbitMQ (``--broker amqp``) only the shared pool is measured.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 
+from agent_client import RemoteTool
 from bench import names, raw_celery
 from bench.harness import Bench
 from bench.report import Figure, Goal, ScenarioResult, Table, count, ms, ratio
@@ -28,6 +31,7 @@ _TIMEOUT = 10.0
 _TOOLEXEC = "toolexec (sync)"
 _TOOLEXEC_ASYNC = "toolexec (asyncio)"
 _SUBMITTED = "toolexec submitted (sync)"
+_SUBMIT_RETURNS = "toolexec submit() alone (durably queued)"
 _RAW = "raw Celery send_task().get()"
 _FLOOR = "Redis RPC floor (LPUSH + BRPOP)"
 
@@ -50,6 +54,18 @@ def run(bench: Bench) -> ScenarioResult:
         return _measure(bench, label)
 
 
+def _submit_only(noop: RemoteTool, n: int) -> list[float]:
+    """How long ``submit()`` takes to return, ``n`` times; each call's result is then
+    awaited untimed, so the calls do not pile up."""
+    durations = []
+    for _ in range(n):
+        start = time.perf_counter()
+        handle = noop.submit({}, timeout=_TIMEOUT)
+        durations.append(time.perf_counter() - start)
+        handle.result_sync(timeout=_TIMEOUT)
+    return durations
+
+
 def _measure(bench: Bench, second: str | None) -> ScenarioResult:
     noop = bench.tool("noop")
 
@@ -62,6 +78,7 @@ def _measure(bench: Bench, second: str | None) -> ScenarioResult:
         _SUBMITTED: lambda n: timed(
             lambda: noop.submit({}, timeout=_TIMEOUT).result_sync(timeout=_TIMEOUT), n
         ),
+        _SUBMIT_RETURNS: lambda n: _submit_only(noop, n),
         _RAW: lambda n: timed(
             lambda: bench.celery.send_task(raw_celery.NOOP).get(timeout=_TIMEOUT), n
         ),
@@ -117,6 +134,12 @@ def _measure(bench: Bench, second: str | None) -> ScenarioResult:
             (
                 f"Submitted (sync) p50 / toolexec (sync) p50: {ratio(submitted)} "
                 f"({ms(latencies[_SUBMITTED].p50)} vs {ms(latencies[_TOOLEXEC].p50)} ms)."
+            ),
+            (
+                f"submit() returns once its record and message are confirmed: its p50 "
+                f"{ms(latencies[_SUBMIT_RETURNS].p50)} ms, p99 {ms(latencies[_SUBMIT_RETURNS].p99)} ms "
+                f"(the latency it adds before the caller may walk away; the floor's whole round trip is "
+                f"{ms(latencies[_FLOOR].p50)} ms)."
             ),
         ],
         figures=[

@@ -26,6 +26,7 @@ from agent_client import (
     attach,
     remote_tool,
     remote_tools,
+    sent_calls,
 )
 from tests.integration.conftest import PROJECT_ROOT, stop_quickly
 from tests.integration.handle_support import (
@@ -268,3 +269,30 @@ def ignoring_cancel(env: dict[str, str], pid: int | None) -> int | None:
             if info is not None and info.pid == pid:
                 return info.ignoring_cancel
     return None
+
+
+def test_a_plain_calls_id_is_known_while_it_runs_and_cancels_it_and_its_error_names_it(
+    worker: WorkerProcess, client: ToolClient, env: dict[str, str]
+) -> None:
+    mark = token()
+    slow = remote_tool("slow", client=client)
+
+    async def main() -> ToolCancelled:
+        with sent_calls() as sent:
+            task = asyncio.ensure_future(slow.invoke({"token": mark, "seconds": 30.0}, timeout=60))
+            while runs(env, mark) != ["start"]:
+                await asyncio.sleep(0.02)
+            assert [s.tool for s in sent] == ["slow"]
+            command = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "toolexec.cli", "cancel", sent[0].call_id, env={**os.environ, **env},
+                cwd=PROJECT_ROOT, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            _, stderr = await command.communicate()
+            assert command.returncode == 0, stderr
+            with pytest.raises(ToolCancelled) as raised:
+                await task
+            assert raised.value.call_id == sent[0].call_id
+            return raised.value
+
+    asyncio.run(main())
+    assert runs(env, mark) == ["start", "stopped"]

@@ -34,7 +34,12 @@ require("mcp", extra="mcp", framework="toolexec mcp (the MCP server)")
 
 # After require(), which names the extra if mcp is missing.
 from toolexec.mcp.calling import structured
-from toolexec.mcp.meta import REQUIRES_APPROVAL_META_KEY, RUN_ID_META_KEY, TIMEOUT_META_KEY
+from toolexec.mcp.meta import (
+    CALL_ID_META_KEY,
+    REQUIRES_APPROVAL_META_KEY,
+    RUN_ID_META_KEY,
+    TIMEOUT_META_KEY,
+)
 from toolexec.mcp.progress import ProgressForwarder, progress_forwarder
 from toolexec.mcp.server import ToolexecMCP, serve_http, serve_stdio
 from toolexec.mcp.sessions import MAX_SESSIONS
@@ -49,6 +54,7 @@ __all__ = [
     "RUN_ID_META_KEY",
     "TIMEOUT_META_KEY",
     "REQUIRES_APPROVAL_META_KEY",
+    "CALL_ID_META_KEY",
     "TASKS_EXTENSION",
     "structured",
     # Limits and seams

@@ -10,7 +10,9 @@ field, ``tool 'x' timed out after 0.5s``, the remote type and message of a tool 
 raised, a tool no worker serves, a lost worker, Redis unreachable) and a bad ``_meta``
 value (:mod:`toolexec.mcp.meta`) come back as a result with ``isError: true``, the
 message as text and ``{"error": {"type": ..., "message": ...}}`` as
-``structuredContent``, never as a protocol error; the server keeps serving.
+``structuredContent``, never as a protocol error; the server keeps serving. Every
+result of a call that was sent names it in ``_meta["toolexec/call_id"]``
+(:data:`~toolexec.mcp.meta.CALL_ID_META_KEY`), for ``toolexec cancel`` and the logs.
 
 No Redis read blocks the server's event loop: the catalog is read on the client's I/O
 thread and awaited (at most ``agent_client.catalog.READ_TIMEOUT`` each, and for a call
@@ -24,7 +26,11 @@ the call at once.
 place of the result (:mod:`toolexec.mcp.tasks`): the call is submitted instead of
 awaited, after the same checks; everything else above holds for it.
 
-(e) Cancellation. A client's ``notifications/cancelled`` for a ``tools/call`` (what
+(e) Approval. A tool that requires approval is sent only once the host's user approved
+the call through MCP elicitation (:mod:`toolexec.mcp.approval`); declined, cancelled, or
+a host that cannot be asked: an error result, and the call never reaches a worker.
+
+(f) Cancellation. A client's ``notifications/cancelled`` for a ``tools/call`` (what
 the mcp client sends when it abandons a request: its task cancelled, or its
 ``read_timeout_seconds`` passed; at 2026-07-28 over HTTP, the aborted POST) makes mcp
 cancel the request's handler, and the ``CancelledError`` reaches ``invoke`` untouched
@@ -43,10 +49,11 @@ from typing import Any
 
 import mcp_types as types
 
-from agent_client import BrokerUnavailable, RemoteTool, RemoteToolError, ToolClient
+from agent_client import BrokerUnavailable, RemoteTool, RemoteToolError, ToolClient, sent_calls
 from agent_client.catalog import READ_TIMEOUT
 from agent_client.deadline import NOT_SET, Timeout
-from toolexec.mcp.meta import Context, MetaInvalid, meta_run_id, meta_timeout
+from toolexec.mcp.approval import Refused, approval
+from toolexec.mcp.meta import CALL_ID_META_KEY, Context, MetaInvalid, meta_run_id, meta_timeout
 from toolexec.mcp.progress import forward_progress, progress_forwarder
 from toolexec.mcp.tasks import TaskStore
 
@@ -63,7 +70,8 @@ async def call_tool(
     session_run_id: str | None,
     arrived: float,
     tasks: TaskStore | None = None,
-) -> types.CallToolResult | dict[str, Any]:
+    approve_all: bool = False,
+) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
     """Run the call ``params`` asks for and answer it; every failure is an error result.
 
     Args:
@@ -75,39 +83,48 @@ async def call_tool(
             call's deadline counts from there, a catalog read included.
         tasks: Where to submit the call as a task (the request declares the tasks
             extension), or None to run it and answer with its result.
+        approve_all: Send calls of tools that require approval without asking the host
+            (``toolexec mcp --approve-all``; :mod:`toolexec.mcp.approval`).
     """
     meta: Mapping[str, Any] = params.meta or {}
     try:
         timeout = meta_timeout(meta)
         run_id = meta_run_id(meta) or session_run_id
         remote = await _proxy(client, params.name, timeout, arrived)
+        if remote.requires_approval:
+            asked = await approval(ctx, params, approve_all=approve_all)
+            if asked is not None:
+                return asked  # the host asks its user, and sends the call again with the answer
         if tasks is not None:
             return await tasks.start(
                 remote, params.arguments or {}, timeout=timeout, run_id=run_id, started=arrived
             )
         forward = progress_forwarder(ctx)
-        result = await remote.invoke(
-            params.arguments or {}, timeout=timeout, run_id=run_id, started=arrived,
-            on_progress=None if forward is None else forward_progress(forward),
-        )  # fmt: skip
-    except (RemoteToolError, MetaInvalid) as exc:
+        with sent_calls() as sent:
+            result = await remote.invoke(
+                params.arguments or {}, timeout=timeout, run_id=run_id, started=arrived,
+                on_progress=None if forward is None else forward_progress(forward),
+            )  # fmt: skip
+    except (RemoteToolError, MetaInvalid, Refused) as exc:
         logger.debug("tools/call %r: %s", params.name, type(exc).__name__)
         return _error_result(exc)
     except Exception as exc:  # a toolexec bug must not end the session either
         logger.error("tools/call %r failed inside toolexec: %s", params.name, type(exc).__name__)
         logger.debug("tools/call %r failed inside toolexec", params.name, exc_info=True)
         return _error_result(exc)
-    return tool_result(result, None)
+    return tool_result(result, None, call_id=sent[-1].call_id if sent else None)
 
 
-def tool_result(value: Any, error: BaseException | None) -> types.CallToolResult:
-    """The ``CallToolResult`` of a call that returned ``value``, or failed with ``error``."""
+def tool_result(value: Any, error: BaseException | None, *, call_id: str | None = None) -> types.CallToolResult:
+    """The ``CallToolResult`` of a call that returned ``value``, or failed with ``error``;
+    its ``_meta`` names the call (:data:`CALL_ID_META_KEY`) when there was one."""
     if error is not None:
         return _error_result(error)
     content = structured(value)
     return types.CallToolResult(
         content=[types.TextContent(text=json.dumps(content, ensure_ascii=False))],
         structured_content=content,
+        _meta={CALL_ID_META_KEY: call_id} if call_id else None,
     )
 
 
@@ -152,8 +169,10 @@ def structured(result: Any) -> dict[str, Any]:
 
 def _error_result(exc: BaseException) -> types.CallToolResult:
     message = str(exc) if isinstance(exc, RemoteToolError | MetaInvalid) else f"toolexec failed: {exc}"
+    call_id = exc.call_id if isinstance(exc, RemoteToolError) else None
     return types.CallToolResult(
         content=[types.TextContent(text=message)],
         structured_content={"error": {"type": type(exc).__name__, "message": message}},
         is_error=True,
+        _meta={CALL_ID_META_KEY: call_id} if call_id else None,
     )

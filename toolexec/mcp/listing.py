@@ -1,8 +1,9 @@
 """``tools/list``, and following the catalog so that clients hear when the list changes.
 
 ``tools/list`` is what ``remote_tools()`` gives: each tool's name, description and JSON
-Schema (``inputSchema``), with ``idempotentHint`` for idempotent tools and
-``_meta["toolexec/requires_approval"]`` for tools a person approves (:mod:`toolexec.mcp.meta`). With Redis
+Schema (``inputSchema``), with ``idempotentHint`` for idempotent tools, and
+``readOnlyHint: false`` and ``_meta["toolexec/requires_approval"]`` for tools a person
+approves (asked through elicitation before each call, :mod:`toolexec.mcp.approval`) (:mod:`toolexec.mcp.meta`). With Redis
 unreachable it answers a protocol error: there is no list to give. It waits only for
 the catalog's bounded read (``agent_client.catalog.READ_TIMEOUT``), on the client's
 I/O thread, never blocking the server's loop.
@@ -24,6 +25,7 @@ from mcp.shared.exceptions import MCPError
 
 from agent_client import RemoteToolError, ToolClient
 from toolexec.mcp.meta import REQUIRES_APPROVAL_META_KEY
+from wire.models import ToolSpec
 
 __all__ = ["input_schema", "list_tools", "watch_catalog"]
 
@@ -46,11 +48,22 @@ async def list_tools(client: ToolClient) -> types.ListToolsResult:
                 name=spec.name,
                 description=spec.description,
                 input_schema=spec.parameters,
-                annotations=types.ToolAnnotations(idempotent_hint=True) if spec.idempotent else None,
+                annotations=_annotations(spec),
                 _meta={REQUIRES_APPROVAL_META_KEY: True} if spec.requires_approval else None,
             )
             for spec in specs
         ]
+    )
+
+
+def _annotations(spec: ToolSpec) -> types.ToolAnnotations | None:
+    """What ``tools/list`` says of a tool beyond its schema: idempotent; not read-only when
+    a person approves each call (its calls change something)."""
+    if not spec.idempotent and not spec.requires_approval:
+        return None
+    return types.ToolAnnotations(
+        idempotent_hint=True if spec.idempotent else None,
+        read_only_hint=False if spec.requires_approval else None,
     )
 
 

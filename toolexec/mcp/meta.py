@@ -20,9 +20,10 @@ A malformed value is :class:`MetaInvalid`, which the call answers as an error re
 
 (c) Approval. A tool that requires approval (``@tool(requires_approval=True)``) is
 listed with ``_meta["toolexec/requires_approval"]: true``
-(:data:`REQUIRES_APPROVAL_META_KEY`), for the host that asks its user before a call.
-MCP's tool annotations have no such hint, and mcp's clients drop an annotation they do
-not know, so it travels in the tool's ``_meta``, which they keep.
+(:data:`REQUIRES_APPROVAL_META_KEY`) and ``readOnlyHint: false``. MCP's tool annotations
+have no approval hint, and mcp's clients drop an annotation they do not know, so it
+travels in the tool's ``_meta``, which they keep. The server itself asks the host to
+approve each call through elicitation before it sends it (:mod:`toolexec.mcp.approval`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from mcp.server.context import ServerRequestContext
 from agent_client.deadline import NOT_SET, Timeout, check_timeout
 
 __all__ = [
+    "CALL_ID_META_KEY",
     "REQUIRES_APPROVAL_META_KEY",
     "RUN_ID_META_KEY",
     "TIMEOUT_META_KEY",
@@ -48,6 +50,9 @@ __all__ = [
 RUN_ID_META_KEY = "toolexec/run_id"
 #: Request ``_meta`` key: this call's deadline in seconds, or "none" (or null) for no deadline.
 TIMEOUT_META_KEY = "toolexec/timeout"
+
+#: Result ``_meta`` key (``tools/call``): the id of the toolexec call that answered.
+CALL_ID_META_KEY = "toolexec/call_id"
 
 #: Tool ``_meta`` key (``tools/list``): true when a person should approve each call first.
 REQUIRES_APPROVAL_META_KEY = "toolexec/requires_approval"

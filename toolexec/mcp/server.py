@@ -88,10 +88,13 @@ class ToolexecMCP:
         client: The client that reads the catalog and runs the calls.
         session_key: The session key of requests that carry no ``Mcp-Session-Id``:
             ``"stdio"`` for the stdio server (its one client), None over HTTP (no session).
+        approve_all: Send the calls of tools that require approval without asking the
+            host (``toolexec mcp --approve-all``).
     """
 
-    def __init__(self, client: ToolClient, *, session_key: str | None) -> None:
+    def __init__(self, client: ToolClient, *, session_key: str | None, approve_all: bool = False) -> None:
         self.client = client
+        self.approve_all = approve_all
         self._sessions = Sessions(session_key)
         self._bus = InMemorySubscriptionBus()
         self.tasks = TaskStore(client, tool_result)
@@ -116,13 +119,13 @@ class ToolexecMCP:
 
     async def _call_tool(
         self, ctx: Context, params: types.CallToolRequestParams
-    ) -> types.CallToolResult | dict[str, Any]:
+    ) -> types.CallToolResult | types.InputRequiredResult | dict[str, Any]:
         arrived = time.monotonic()  # the call's deadline counts from here, a catalog read included
         session = self._sessions.of(ctx)
         return await call_tool(
             self.client, ctx, params,
             session_run_id=session.run_id if session is not None else None, arrived=arrived,
-            tasks=self.tasks if declares_tasks(ctx) else None,
+            tasks=self.tasks if declares_tasks(ctx) else None, approve_all=self.approve_all,
         )  # fmt: skip
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
@@ -152,11 +155,11 @@ def _version() -> str:
         return "0"
 
 
-def serve_stdio(settings: Settings) -> int:
+def serve_stdio(settings: Settings, *, approve_all: bool = False) -> int:
     """Serve the catalog over stdin/stdout until the client closes stdin."""
     client = ToolClient(settings)
     try:
-        bridge = ToolexecMCP(client, session_key="stdio")
+        bridge = ToolexecMCP(client, session_key="stdio", approve_all=approve_all)
 
         async def run() -> None:
             async with stdio_server() as (read, write):
@@ -168,13 +171,13 @@ def serve_stdio(settings: Settings) -> int:
     return 0
 
 
-def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 8000) -> int:
+def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 8000, *, approve_all: bool = False) -> int:
     """Serve the catalog over streamable HTTP at ``http://HOST:PORT/mcp`` until SIGINT/SIGTERM."""
     import uvicorn
 
     client = ToolClient(settings)
     try:
-        bridge = ToolexecMCP(client, session_key=None)
+        bridge = ToolexecMCP(client, session_key=None, approve_all=approve_all)
         app = bridge.server.streamable_http_app(host=host)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
         print(

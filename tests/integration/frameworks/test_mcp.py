@@ -33,7 +33,12 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from agent_client import ToolClient, remote_tools
 from tests.integration.frameworks.examples import assert_example_prints_its_docstring
 from toolexec import ChildProcess, WorkerProcess, free_port
-from toolexec.mcp import REQUIRES_APPROVAL_META_KEY, RUN_ID_META_KEY, TIMEOUT_META_KEY
+from toolexec.mcp import (
+    CALL_ID_META_KEY,
+    REQUIRES_APPROVAL_META_KEY,
+    RUN_ID_META_KEY,
+    TIMEOUT_META_KEY,
+)
 
 from ..conftest import WorkerFactory
 from ..polling import wait_until
@@ -252,6 +257,9 @@ def test_a_result_comes_back_as_structured_content_and_the_same_json_as_text(
     assert json.loads(text(search)) == search.structured_content
     assert words.structured_content == {"words": 3}
     assert json.loads(text(words)) == {"words": 3}
+    # Each result names the toolexec call that answered it (for toolexec cancel, the logs).
+    ids = [(r.meta or {}).get(CALL_ID_META_KEY) for r in (search, words)]
+    assert all(isinstance(i, str) and i for i in ids) and ids[0] != ids[1], ids
 
 
 def test_invalid_arguments_are_an_error_result_naming_each_field_and_nothing_runs(
@@ -560,3 +568,116 @@ def test_the_example_prints_what_its_docstring_says(
     framework_env: dict[str, str], framework_worker: WorkerProcess
 ) -> None:
     assert_example_prints_its_docstring("mcp_client.py", framework_env, timeout=90)
+
+
+# -- approval: a tool that requires it is asked for through elicitation --------------------
+
+
+def _answering(action: str, asked: list[str]) -> Any:
+    """An elicitation callback that records each question and answers ``action``."""
+
+    async def answer(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action=action)  # type: ignore[arg-type]
+
+    return answer
+
+
+def _runs(framework_env: dict[str, str], counter: str) -> int:
+    with redis.Redis.from_url(framework_env["TOOLEXEC_REDIS_URL"]) as store:
+        return int(store.get(counter) or 0)
+
+
+@pytest.mark.parametrize("action", ["accept", "decline", "cancel"])
+def test_a_handshake_host_is_asked_to_approve_each_call_and_only_an_accepted_one_runs(
+    stdio: StdioServer, framework_env: dict[str, str], action: str
+) -> None:
+    counter = f"approval:{action}:{time.monotonic_ns()}"
+    asked: list[str] = []
+
+    async def main() -> types.CallToolResult:
+        async with (
+            stdio_client(stdio.params, errlog=stdio.errlog) as (read, write),
+            ClientSession(read, write, elicitation_callback=_answering(action, asked)) as session,
+        ):
+            await session.initialize()
+            return await session.call_tool("approved_count", {"counter": counter})
+
+    result = anyio.run(main)
+
+    assert len(asked) == 1 and "approved_count" in asked[0] and counter in asked[0]
+    if action == "accept":
+        assert not result.is_error and result.structured_content == {"runs": 1}
+        assert _runs(framework_env, counter) == 1
+    else:
+        assert result.is_error
+        assert f"the user {action}d the approval" in text(result) or f"the user {action}led" in text(result)
+        assert "it was not run" in text(result)
+        assert _runs(framework_env, counter) == 0  # never reached a worker
+
+
+@pytest.mark.parametrize("action", ["accept", "decline"])
+def test_a_2026_host_answers_the_approval_in_its_retry_and_only_an_accepted_call_runs(
+    http_server: HttpServer, framework_env: dict[str, str], action: str
+) -> None:
+    counter = f"approval26:{action}:{time.monotonic_ns()}"
+    asked: list[str] = []
+
+    async def main() -> types.CallToolResult:
+        async with Client(http_server.url, elicitation_callback=_answering(action, asked)) as client:
+            assert client.session.protocol_version in MODERN_PROTOCOL_VERSIONS
+            return await client.call_tool("approved_count", {"counter": counter})
+
+    result = anyio.run(main)
+
+    assert len(asked) == 1 and "approved_count" in asked[0]
+    if action == "accept":
+        assert not result.is_error and result.structured_content == {"runs": 1}
+        assert _runs(framework_env, counter) == 1
+    else:
+        assert result.is_error and "declined the approval" in text(result)
+        assert _runs(framework_env, counter) == 0
+
+
+def test_a_host_that_cannot_be_asked_is_refused_and_nothing_runs(
+    stdio: StdioServer, http_server: HttpServer, framework_env: dict[str, str]
+) -> None:
+    counter = f"approval-none:{time.monotonic_ns()}"
+
+    async def main() -> list[types.CallToolResult]:
+        async with Client(http_server.url) as client:  # 2026-07-28, no elicitation callback
+            modern = await client.call_tool("approved_count", {"counter": counter})
+        async with stdio.session() as session:  # handshake era, no elicitation callback
+            handshake = await session.call_tool("approved_count", {"counter": counter})
+        return [modern, handshake]
+
+    for result in anyio.run(main):
+        assert result.is_error
+        assert "requires approval, and this MCP client cannot be asked for it" in text(result)
+        assert "--approve-all" in text(result)
+    assert _runs(framework_env, counter) == 0
+
+
+def test_with_approve_all_the_operator_approves_every_call_and_nobody_is_asked(
+    framework_env: dict[str, str], framework_worker: WorkerProcess, tmp_path: Path
+) -> None:
+    counter = f"approval-all:{time.monotonic_ns()}"
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "toolexec", "mcp", "--approve-all"], env=framework_env, cwd=ROOT
+    )
+
+    async def main(errlog: TextIO) -> tuple[types.CallToolResult, list[types.Tool]]:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            listed = (await session.list_tools()).tools
+            return await session.call_tool("approved_count", {"counter": counter}), listed
+
+    with open(tmp_path / "approve-all.log", "w") as errlog:
+        result, listed = anyio.run(main, errlog)
+
+    assert not result.is_error and result.structured_content == {"runs": 1}
+    approved = next(t for t in listed if t.name == "approved_count")
+    assert approved.annotations is not None and approved.annotations.read_only_hint is False
