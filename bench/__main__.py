@@ -6,6 +6,10 @@ if sys.argv[1:2] == ["soak"]:
     from bench.soak import main as soak
 
     raise SystemExit(soak(sys.argv[2:]))
+if sys.argv[1:2] == ["chaos"]:
+    from bench.chaos import main as chaos
+
+    raise SystemExit(chaos(sys.argv[2:]))
 
 from bench.cli import main
 
