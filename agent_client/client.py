@@ -119,6 +119,8 @@ class ToolClient:
         key, life = keys.caller(self.client_id), int(self.settings.heartbeat_interval * 1000)
 
         async def leave() -> None:  # closed: its calls still queued are shed at once
+            # Used again, it asks for shedding only once its key says it waits again.
+            self.beating = False
             gone_for = life * keys.CALLER_GONE_BEATS
             await link.execute([("SET", key, "gone", "PX", gone_for)], timeout=OP_TIMEOUT)
 

@@ -61,8 +61,10 @@ class Verdict(enum.Enum):
 _lock = threading.Lock()
 #: client id -> until when (``time.monotonic()``) it is known to wait.
 _waiting: dict[str, float] = {}
-#: client ids judged gone (a client id is never used again).
-_gone: dict[str, None] = {}
+#: client id -> until when (``time.monotonic()``) it is known to be gone. Not for good: a
+#: client that closed may be used again (its calls then start its thread, and its key,
+#: again), so a verdict lasts a third of an interval here, and its key says it meanwhile.
+_gone: dict[str, float] = {}
 #: Callers remembered at most, each way (the memory is cleared past it).
 _MAX_REMEMBERED = 10_000
 #: How long a worker keeps asking a Redis it cannot reach before it lets the call run,
@@ -102,7 +104,7 @@ def look(client: redis.Redis, call: CallRequest, *, settings: Settings) -> Verdi
         elif verdict is Verdict.GONE:
             if len(_gone) >= _MAX_REMEMBERED:
                 _gone.clear()
-            _gone[call.reply_to] = None
+            _gone[call.reply_to] = time.monotonic() + settings.heartbeat_interval / 3
     return verdict
 
 
@@ -114,7 +116,7 @@ def _settled(
     deadline passed (the caller's deadline check refuses it then) and once Redis has been
     out of reach for :data:`_UNREACHABLE_BEATS` intervals."""
     if verdict is None:
-        if call.reply_to in _gone:
+        if _gone.get(call.reply_to, 0.0) > time.monotonic():
             return False
         return True if caller_known_waiting(call) else 0.0
     if verdict is not Verdict.UNSURE:

@@ -118,3 +118,20 @@ def test_a_redis_restart_that_forgets_everything_sheds_no_call_of_a_live_caller(
     # hears that it was shed, nor a timeout of a call that could still run.
     kinds = {type(o).__name__ for o in outcomes if isinstance(o, RemoteToolError)}
     assert kinds <= {"ToolOutcomeUnknown"}, _failed(outcomes)
+
+
+def test_a_client_closed_and_used_again_at_once_has_none_of_its_calls_shed(
+    worker_factory: WorkerFactory, fleet_env: dict[str, str], fleet_client: ToolClient
+) -> None:
+    # close() tells the workers its queued calls may be shed; the same client used again
+    # (its next call starts it again) waits for its calls like any live caller.
+    worker_factory(pool="prefork", concurrency=2, queues=(QUEUE,), env=fleet_env)
+    plain = remote_tool("deploy_plain", timeout=DEADLINE, client=fleet_client)
+    outcomes = []
+    for i in range(8):
+        try:
+            outcomes.append(plain.invoke_sync({"token": f"again-{i}", "seconds": 0.0})["token"])
+        except RemoteToolError as exc:
+            outcomes.append(f"{type(exc).__name__}: {exc}")
+        fleet_client.close()
+    assert outcomes == [f"again-{i}" for i in range(8)]

@@ -127,3 +127,13 @@ def test_every_look_runs_as_the_acl_user_docs_security_gives(client: redis.Redis
             assert look(limited, live, settings=fast) is Verdict.ALIVE
     finally:
         client.execute_command("ACL", "DELUSER", name)
+
+
+def test_a_client_that_closed_and_is_used_again_is_waited_for_again(client: redis.Redis, fast: Settings) -> None:
+    # close() says "gone"; the same client used again beats again under the same id.
+    call = _call()
+    client.set(keys.caller(call.reply_to), "gone", px=5000)
+    assert caller_waits(client, call, settings=fast) is False
+    client.set(keys.caller(call.reply_to), "1", px=5000)  # its thread started again
+    time.sleep(INTERVAL / 3)  # the verdict is remembered this long (a duration of the rule)
+    assert caller_waits(client, call, settings=fast) is True
