@@ -23,7 +23,7 @@ from toolexec import Pool
 
 pytestmark = pytest.mark.integration
 
-POOLS: list[Pool] = ["prefork", "threads", "asyncio"]
+POOLS: list[Pool] = ["prefork", "threads", "asyncio", "solo"]
 
 
 

@@ -74,7 +74,7 @@ def _failed(outcomes: list[Any]) -> list[str]:
     return [f"{type(o).__name__}: {o}" for o in outcomes if isinstance(o, RemoteToolError)]
 
 
-@pytest.mark.parametrize("pool", ["prefork", "threads", "asyncio"])
+@pytest.mark.parametrize("pool", ["prefork", "threads", "asyncio", "solo"])
 def test_a_redis_pause_of_three_intervals_sheds_no_call_of_a_live_caller(
     worker_factory: WorkerFactory, fleet_env: dict[str, str], fleet_client: ToolClient, own_server: RedisServer,
     pool: Pool,
