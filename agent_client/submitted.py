@@ -11,9 +11,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agent_client._io import cancels
+from agent_client._io.callstate import SEND_STALL
 from agent_client._io.link import NotSent
 from agent_client.abandon import OnAbandon
-from agent_client.errors import BrokerUnavailable, RemoteToolError, ToolOutcomeUnknown
+from agent_client.errors import BrokerUnavailable, RemoteToolError, ToolTimeoutError, deadline_error
 from agent_client.handles import CallHandle, CallNotFound, held
 from agent_client.progress import ProgressCallback, ProgressSink
 from wire.formats import waiter_entry
@@ -42,6 +43,7 @@ def submit(
         BrokerUnavailable: Nothing of the call was confirmed by its deadline (or within
             :data:`SUBMIT_PATIENCE` without one), and it provably was not sent.
         ToolOutcomeUnknown: A write of it may have reached Redis, unconfirmed.
+        ToolTimeoutError: Redis answered, but the deadline was shorter than the way there.
     """
     handle, queued, patience = _send(
         client, spec, arguments, timeout=timeout, started=started, run_id=run_id,
@@ -50,7 +52,9 @@ def submit(
     try:
         queued.result(patience)
     except concurrent.futures.TimeoutError:
-        raise _not_queued(client, handle, patience) from None
+        error = _not_queued(client, handle, patience)
+        if error is not None:
+            raise error from None
     return handle
 
 
@@ -67,33 +71,28 @@ async def submit_async(
     # Shielded: the confirmation's future is the I/O thread's, and a wait that ends must
     # not cancel it.
     done, _ = await asyncio.wait({asyncio.shield(asyncio.wrap_future(queued))}, timeout=patience)
-    if not done:
-        raise _not_queued(client, handle, patience)
+    error = None if done else _not_queued(client, handle, patience)
+    if error is not None:
+        raise error
     return handle
 
 
-def _not_queued(client: ToolClient, handle: CallHandle, patience: float) -> RemoteToolError:
-    """The error of a submit that was not confirmed in time; the call is given up."""
+def _not_queued(client: ToolClient, handle: CallHandle, patience: float) -> RemoteToolError | None:
+    """The error of a submit not confirmed within ``patience`` (the call is given up, as
+    ``invoke`` gives one up at its deadline: :func:`~agent_client.errors.deadline_error`),
+    or None when the confirmation came as the wait ended (the call is queued after all)."""
     state = handle._state
-    confirmed, written, why = state.abandon() if state is not None else (False, False, "")
+    if state is None or state.queued.done():
+        return None
+    sent = state.abandon()
+    if sent[0]:
+        return None  # confirmed in the instant between the two looks
     client.replies.forget(handle.id)
     held(client).pop(handle.id, None)
-    if confirmed:  # confirmed as the wait ended
-        return BrokerUnavailable(f"call {handle.id} to {handle.tool!r} was confirmed too late", tool=handle.tool)
-    reason = f" ({why})" if why else ""
-    if written:
-        error: RemoteToolError = ToolOutcomeUnknown(
-            handle.tool, patience,
-            reason=f"a write of the call may have reached Redis, but it was not confirmed within {patience:g}s{reason}",
-        )  # fmt: skip
-    else:
-        error = BrokerUnavailable(
-            f"cannot submit the call to {handle.tool!r}: the broker did not take it within {patience:g}s{reason}; "
-            "the call was not sent",
-            tool=handle.tool,
-        )  # fmt: skip
-    error.call_id = handle.id
-    return error
+    return deadline_error(
+        handle.tool, ToolTimeoutError(handle.tool, patience), sent,
+        stalled=client.publisher.stalled(longer_than=SEND_STALL), call_id=handle.id,
+    )  # fmt: skip
 
 
 def _send(

@@ -20,6 +20,8 @@ every call, each broken promise (a violation):
   lived; a timeout for a call whose body had ended a second before its deadline;
 * ``late``: an outcome heard more than 0.5 s after the deadline; ``untyped``: anything but
   a result or a ``RemoteToolError``; ``lost``: a call its (live) caller never heard of;
+* ``started after it was given up``: a body that started after its caller was told
+  ``WorkerLost`` or ``ToolOutcomeUnknown`` (at most once and idempotent calls);
 * ``started after its caller died``: a body of a SIGKILLed caller's call that started
   later than the documented bound (an interval and a third, plus 0.5 s of slack);
 * ``key without a TTL``: a ``toolexec:`` key left without one (the catalog and the
@@ -204,7 +206,7 @@ def _run(seed: int, args: argparse.Namespace, workdir: Path) -> _Seed:
         for worker in workers.values():
             worker.stop()
         server.close()
-    sent, ended = _read_callers([out for _, out in callers.values()] + sorted(workdir.glob("caller-*.jsonl")))
+    sent, ended = _read_callers(sorted(workdir.glob("caller-*.jsonl")))  # the killed callers' too
     effects = _read_effects(effects_path(workdir / "data"))
     result.calls = len(sent)
     result.outcomes = Counter(e["outcome"] if e["outcome"] in _KNOWN else "other" for e in ended.values())
@@ -301,9 +303,7 @@ def _keys_without_ttl(store: redis.Redis) -> list[str]:
 def _read_callers(paths: Sequence[Path]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     sent: dict[str, dict[str, Any]] = {}
     ended: dict[str, dict[str, Any]] = {}
-    for path in dict.fromkeys(paths):
-        if not path.exists():
-            continue
+    for path in paths:
         for line in path.read_text().splitlines():
             try:
                 event = json.loads(line)
@@ -369,6 +369,8 @@ def _check(
             found.append(f"CallerGone to a live caller: {tool} {token} ({end['call_id']})")
         elif outcome == "WorkerLost" and not any(at <= k <= heard for k in kills):
             found.append(f"WorkerLost with no worker killed while it lived: {tool} {token} ({end['call_id']})")
+        if outcome in ("WorkerLost", "ToolOutcomeUnknown") and tool != "chaos_alo" and any(t > heard for t in starts):
+            found.append(f"started after it was given up: {tool} {token} ({end['call_id']}), told {outcome}")
         elif outcome == "ToolTimeoutError" and finishes and min(finishes) < at + deadline - 1.0:
             found.append(
                 f"timeout for a call that had ended: {tool} {token} ({end['call_id']}) ended "

@@ -139,7 +139,13 @@ def caller_waits(client: redis.Redis, call: CallRequest, *, settings: Settings) 
     """Whether ``call``'s caller still waits for it. Asks Redis at most once a third of an
     interval per caller while it is found alive; while the verdict is out (its key absent,
     not yet for a whole interval of writes), waits and looks again."""
-    return _decide(lambda: look(client, call, settings=settings), call, settings, time.sleep)
+    since = time.monotonic()
+    step = _settled(call, None, unsure_since=since, settings=settings)
+    while not isinstance(step, bool):
+        if step:
+            time.sleep(step)
+        step = _settled(call, look(client, call, settings=settings), unsure_since=since, settings=settings)
+    return step
 
 
 async def caller_waits_async(
@@ -153,21 +159,6 @@ async def caller_waits_async(
         if step:
             await asyncio.sleep(step)
         step = _settled(call, await look_off_loop(), unsure_since=since, settings=settings)
-    return step
-
-
-def _decide(
-    look_once: Callable[[], Verdict],
-    call: CallRequest,
-    settings: Settings,
-    sleep: Callable[[float], object],
-) -> bool:
-    since = time.monotonic()
-    step = _settled(call, None, unsure_since=since, settings=settings)
-    while not isinstance(step, bool):
-        if step:
-            sleep(step)
-        step = _settled(call, look_once(), unsure_since=since, settings=settings)
     return step
 
 
