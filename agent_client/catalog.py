@@ -13,9 +13,11 @@ A tool is *known* once a worker has published its spec, and *served* while a liv
 worker consumes its queue. Calls to a known tool are sent even when nothing serves it
 at the moment: the message waits in its queue for a worker, within the call's deadline.
 
-The reads also tell which workers went: one seen beating in a read and gone in a later
-one, not back since. The watchdog asks (:meth:`Catalog.worker_gone`) before it calls a
-vanished call's worker lost.
+The reads also tell which workers went: one seen beating in a read and missing in a
+later one, not back since, while Redis took and kept this client's own writes for an
+interval before it (:mod:`agent_client._io.writes`: a heartbeat lapses in a Redis pause
+or full memory, and vanishes in a restart, and comes back). The watchdog asks (:meth:`Catalog.worker_gone`) before it calls a vanished call's
+worker lost.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import pydantic
 
 from agent_client._io.link import NotSent, Refused, Unknown
 from agent_client._io.loop import IOThread
+from agent_client._io.writes import Writes
 from agent_client.clock import ClockMeter
 from agent_client.errors import BrokerUnavailable, ToolNotFound
 from wire import keys
@@ -79,8 +82,13 @@ class Catalog:
         clock: The process's shared clock, measured beside the reads when it is due.
     """
 
-    def __init__(self, io: IOThread, url: str, *, max_age: float, clock: SharedClock | None = None) -> None:
+    def __init__(
+        self, io: IOThread, url: str, *, max_age: float, writes: Writes, interval: float,
+        clock: SharedClock | None = None,
+    ) -> None:  # fmt: skip
         self._io = io
+        self._writes = writes
+        self._interval = interval
         self._url = url
         self._max_age = max_age
         self._meter = ClockMeter(io, url, clock) if clock is not None else None
@@ -105,18 +113,28 @@ class Catalog:
         view = self._view
         self._view = _View(view.specs, view.served, workers=view.workers, beat_at=view.beat_at)
 
-    async def worker_gone(self, queue: str, since: float) -> bool:
-        """Whether a worker of ``queue`` stopped beating at or after ``since`` and is still gone.
+    async def worker_gone(self, queue: str, since: float) -> bool | None:
+        """Whether a worker of ``queue`` stopped beating at or after ``since`` and is still
+        gone; None while that is not known yet.
 
         Reads the catalog first (call on the I/O loop); ``since`` is ``time.monotonic()``.
-        A worker counts only if this client saw it beating before; a heartbeat that
-        lapsed and came back (a Redis restart) does not count.
+        A worker counts only if this client saw it beating before, and is gone only if
+        Redis took and kept this client's own writes for the whole interval before the
+        read that misses it (:mod:`agent_client._io.writes`): a heartbeat that lapsed or
+        was forgotten in an outage is no death. Until then, or while the catalog cannot be
+        read, the answer is None (ask again later).
         """
         try:
             await self._read()
-        except Exception as exc:  # noqa: BLE001 - answered from what the last read saw
+        except Exception as exc:  # noqa: BLE001 - nothing concluded from an old read
             logger.debug("could not read the catalog to look for a lost worker: %s", type(exc).__name__)
-        return any(queue in queues and gone_at >= since for queues, gone_at in self._gone.values())
+            return None
+        if not any(queue in queues and gone_at >= since for queues, gone_at in self._gone.values()):
+            return False
+        # Missing in a read that found this client's own key kept, after an interval of
+        # writes Redis took and kept: its key lapsed (a worker writes it three times an
+        # interval, and it lives one), so the worker stopped beating. Else not known yet.
+        return True if self._writes.steady_since(time.monotonic() - self._interval) else None
 
     async def beating_since(self, queue: str, since: float) -> bool:
         """Whether every live worker of ``queue`` has beaten at or after ``since`` (epoch
@@ -334,8 +352,14 @@ class Catalog:
             self._meter.kick()  # beside the read, whatever becomes of it
         link = self._io.link(self._url, "read")
         try:
-            first = await link.execute([("HGETALL", keys.CATALOG), ("SMEMBERS", keys.WORKERS)], timeout=READ_TIMEOUT)
-            raw_specs, worker_ids = (_ok(reply) for reply in first)
+            # Beside the read, this client's own liveness key: missing though written within
+            # its life, Redis restarted or stalled, and this read is no evidence of a death.
+            first = await link.execute(
+                [("HGETALL", keys.CATALOG), ("SMEMBERS", keys.WORKERS), ("EXISTS", self._writes.key)],
+                timeout=READ_TIMEOUT,
+            )
+            raw_specs, worker_ids, witness = (_ok(reply) for reply in first)
+            self._writes.seen(exists=bool(witness))
             ids = sorted(w.decode() if isinstance(w, bytes) else str(w) for w in worker_ids)
             beats: list[Any] = []
             if ids:

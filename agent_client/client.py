@@ -33,6 +33,7 @@ from agent_client._io.loop import IOThread, Waiter, reset_after_fork, settle
 from agent_client._io.replies import ProgressReceiver, ReplyRouter
 from agent_client._io.send import LoopBatcher, Publisher
 from agent_client._io.watchdog import Watchdog
+from agent_client._io.writes import Writes
 from agent_client.abandon import OnAbandon, with_on_abandon
 from agent_client.calls import record_sent
 from agent_client.cancel import abandoned
@@ -83,9 +84,13 @@ class ToolClient:
         #: Whether this client's liveness key has been written since its thread started:
         #: from then on its calls ask workers to shed them should it die (``caller_beats``).
         self.beating = False
+        #: Whether Redis has been taking this client's beats: no worker is taken for dead
+        #: on a look Redis could not have let it answer (agent_client._io.writes).
+        self.writes = Writes(keys.caller(self.client_id), settings.heartbeat_interval)
         self.catalog = Catalog(
-            self.io, settings.redis_url, max_age=min(1.0, settings.heartbeat_interval / 2), clock=wire_clock.shared_clock
-        )
+            self.io, settings.redis_url, max_age=min(1.0, settings.heartbeat_interval / 2), writes=self.writes,
+            interval=settings.heartbeat_interval, clock=wire_clock.shared_clock,
+        )  # fmt: skip
         self.replies = ReplyRouter(
             self.io, settings.redis_url, keys.reply(self.client_id), block=min(1.0, settings.heartbeat_interval)
         )
@@ -93,7 +98,7 @@ class ToolClient:
         self.watchdog = Watchdog(
             self.replies, self.io, store_url=settings.redis_url, broker_url=settings.broker_url,
             interval=settings.heartbeat_interval, max_deliveries=settings.max_deliveries,
-            worker_gone=self.catalog.worker_gone, beating_since=self.catalog.beating_since,
+            worker_gone=self.catalog.worker_gone, beating_since=self.catalog.beating_since, writes=self.writes,
         )  # fmt: skip
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopBatcher] = weakref.WeakKeyDictionary()
 
@@ -127,12 +132,17 @@ class ToolClient:
         self.io.on_close(leave)
         while True:
             try:
-                (reply,) = await link.execute([("SET", key, "1", "PX", life)], timeout=OP_TIMEOUT)
+                (reply,) = await link.execute([("SET", key, "1", "PX", life, "GET")], timeout=OP_TIMEOUT)
+                if isinstance(reply, Refused | Unknown):
+                    self.writes.refused()
+                else:
+                    self.writes.taken(kept=reply is not None)
                 if isinstance(reply, Refused):
                     (reply,) = await link.execute([("PEXPIRE", key, life)], timeout=OP_TIMEOUT)
                 if not isinstance(reply, Refused | Unknown):
                     self.beating = True
             except Exception as exc:  # noqa: BLE001 - Redis away, or anything else: the next beat tries again
+                self.writes.refused()
                 logger.debug("could not write this client's liveness: %s", type(exc).__name__)
             await asyncio.sleep(self.settings.heartbeat_interval / 3)
 

@@ -17,7 +17,9 @@ every call, each broken promise (a violation):
   was killed, which may cut the first run's delivery off before its outcome is stored:
   at-least-once, as documented);
 * ``CallerGone to a live caller``; ``WorkerLost`` with no worker killed while the call
-  lived; a timeout for a call whose body had ended a second before its deadline;
+  lived; a timeout for a call whose body had ended a second before its deadline (unless
+  a Redis restart forgot its reply too close to the deadline for the watchdog to notice:
+  three intervals and a half);
 * ``late``: an outcome heard more than 0.5 s after the deadline; ``untyped``: anything but
   a result or a ``RemoteToolError``; ``lost``: a call its (live) caller never heard of;
 * ``started after it was given up``: a body that started after its caller was told
@@ -58,6 +60,10 @@ __all__ = ["main"]
 _INTERVAL = 1.0
 #: How long after its caller's death a body may still start (docs: an interval and a third).
 _DEAD_CALLER_BOUND = _INTERVAL * 4 / 3 + 0.5
+#: How long after a Redis restart a call whose reply it forgot hears ``ToolOutcomeUnknown``
+#: at most (docs/guarantees.md): an interval for the workers to beat again, an interval
+#: between the watchdog's two looks, up to an interval until its next round, and slack.
+_REPLY_FORGOTTEN_NOTICED = _INTERVAL * 3 + 0.5
 #: How late past its deadline an outcome may be heard.
 _LATE = 0.5
 _POOLS: dict[str, int] = {"prefork": 2, "threads": 4, "asyncio": 20}
@@ -371,7 +377,10 @@ def _check(
             found.append(f"WorkerLost with no worker killed while it lived: {tool} {token} ({end['call_id']})")
         if outcome in ("WorkerLost", "ToolOutcomeUnknown") and tool != "chaos_alo" and any(t > heard for t in starts):
             found.append(f"started after it was given up: {tool} {token} ({end['call_id']}), told {outcome}")
-        elif outcome == "ToolTimeoutError" and finishes and min(finishes) < at + deadline - 1.0:
+        elif outcome == "ToolTimeoutError" and finishes and min(finishes) < at + deadline - 1.0 and not any(
+            # A reply the restart forgot is noticed two steady looks after Redis is back.
+            min(finishes) <= r and at + deadline - r < _REPLY_FORGOTTEN_NOTICED for r in restarts
+        ):
             found.append(
                 f"timeout for a call that had ended: {tool} {token} ({end['call_id']}) ended "
                 f"{at + deadline - min(finishes):.2f} s before its deadline"

@@ -23,6 +23,14 @@ confirmed at least an interval ago (it runs on the client's I/O thread):
    outcome is answered from it (a joined call's frame is lost with a worker that dies
    between storing the outcome and telling its waiters).
 
+**An outage is not a death.** A heartbeat, a holder record and a queued message all
+vanish in a Redis restart, and keys lapse while Redis is paused or refuses writes. Two
+looks count only if Redis took every one of this client's own liveness writes between
+them, on time (:class:`~agent_client._io.writes.Writes`): after an outage the count starts
+again, and a live worker rewrites its heartbeat and its records within a third of an
+interval of Redis taking writes again. So a call is given up only on evidence gathered
+while its worker could have answered.
+
 A lost call is sent again under the same key (at-least-once, until it has been sent
 ``TOOLEXEC_MAX_DELIVERIES`` times in all; then it is dead-lettered and its caller gets
 ``WorkerLost`` naming the attempts) or answered with ``WorkerLost`` (at-most-once); an
@@ -71,6 +79,7 @@ from agent_client._io.link import Arg, Link, NotSent, Refused, Unknown
 from agent_client._io.loop import IOThread
 from agent_client._io.replies import ReplyRouter
 from agent_client._io.verdicts import dead_letter, give_up, send_again
+from agent_client._io.writes import Writes
 from wire import keys
 from wire.clock import shared_now
 from wire.copies import sent_again
@@ -103,16 +112,20 @@ class Watchdog:
         store_url: The Redis of holders, heartbeats and claims.
         broker_url: The Redis of the queues, or RabbitMQ (:func:`_queued_on_amqp`).
         interval: The workers' heartbeat interval.
+        writes: Whether Redis has been taking this client's writes: two looks count
+            only if it took them all between (:mod:`agent_client._io.writes`).
         max_deliveries: How many times in all an at-least-once call is sent before
             it is given up (``TOOLEXEC_MAX_DELIVERIES``).
         worker_gone: ``await worker_gone(queue, since)``: whether a worker of ``queue``
             stopped beating at or after ``since`` (``time.monotonic()``) and is still
-            gone. Without it, a call that vanished is taken to have died with a worker.
+            gone (None: not known yet, asked again next round). Without it, a call that
+            vanished is taken to have died with a worker.
     """
 
     def __init__(
         self, router: ReplyRouter, io: IOThread, *, store_url: str, broker_url: str, interval: float,
-        max_deliveries: int = 3, worker_gone: Callable[[str, float], Awaitable[bool]] | None = None,
+        writes: Writes, max_deliveries: int = 3,
+        worker_gone: Callable[[str, float], Awaitable[bool | None]] | None = None,
         beating_since: Callable[[str, float], Awaitable[bool]] | None = None,
     ) -> None:  # fmt: skip
         self._router = router
@@ -120,6 +133,7 @@ class Watchdog:
         self._store_url = store_url
         self._broker_url = broker_url
         self._interval = interval
+        self._writes = writes
         self._max_deliveries = max_deliveries
         self._worker_gone = worker_gone
         self._beating_since = beating_since
@@ -196,9 +210,11 @@ class Watchdog:
         self._router.settle(call_id, outcome.for_call(call_id))
 
     def _absent_twice(self, state: CallState, now: float) -> bool:
-        # Two looks an interval apart: a live worker names what it took within a third of
-        # one, and a finished call's reply reaches the listener in between.
-        if state.absent_since is None:
+        # Two looks an interval apart, while Redis took this client's writes all between:
+        # a live worker names what it took (and beats) within a third of an interval, and
+        # a finished call's reply reaches the listener in between. A look before a Redis
+        # stall, restart or full memory proves nothing after it: the count starts again.
+        if state.absent_since is None or not self._writes.steady_since(state.absent_since):
             state.absent_since, state.absent_epoch = now, shared_now()
             return False
         return now - state.absent_since >= self._interval * 0.99
@@ -216,7 +232,12 @@ class Watchdog:
                 names.append(keys.claim(state.idempotency_key))
         commands: list[tuple[Arg, ...]] = [("MGET", *names)]
         commands += [("PTTL", state.running_keys[-1]) for _, state in watched]
+        # This client's own key beside the look: missing, Redis restarted or stalled.
+        commands.append(("EXISTS", self._writes.key))
         replies = await store.execute(commands, timeout=_TIMEOUT)
+        witness = replies.pop()
+        if not isinstance(witness, Unknown | Refused):
+            self._writes.seen(exists=bool(witness))
         values = iter(_values(replies[:1], len(names)))
         fresh_after = (keys.HELD_MARKER_BEATS - 1) * self._interval * 1000
         seen: list[_Look] = []
@@ -290,9 +311,13 @@ class Watchdog:
             )
             if not state.joined:  # a joined call has no message of its own
                 await dead_letter(store, call_id, state)
-        elif why == _VANISHED and self._worker_gone is not None and not await self._worker_gone(state.queue, state.since):
-            # No worker took it and died: it may have run, and no worker was lost.
-            why, error_type = _UNKNOWN, "ToolOutcomeUnknown"
+        elif why == _VANISHED and self._worker_gone is not None:
+            gone = await self._worker_gone(state.queue, state.since)
+            if gone is None:
+                return  # a worker of its queue is missing, not yet for long: next round
+            if not gone:
+                # No worker took it and died: it may have run, and no worker was lost.
+                why, error_type = _UNKNOWN, "ToolOutcomeUnknown"
         if not state.joined and not await give_up(store, call_id, state):
             return  # a worker has recorded it held since the look: not lost
         logger.warning("call %s is lost: %s", call_id, why)

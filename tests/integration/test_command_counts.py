@@ -49,7 +49,9 @@ SEQUENTIAL, IN_FLIGHT, CONCURRENT = 20, 100, 300
 ATTEMPTS = 8
 #: The worker's heartbeat (its pipeline's SADD) and the client's catalog read.
 BEAT = "sadd"
-CATALOG_READ = frozenset({"hgetall", "smembers", "mget", "srem", "time"})
+#: A catalog read also looks for the client's own liveness key beside it (its EXISTS:
+#: agent_client/_io/writes.py), so that a read just after a Redis restart proves no death.
+CATALOG_READ = frozenset({"hgetall", "smembers", "exists", "mget", "srem", "time"})
 
 #: Every command of one call sent alone, by name.
 PLAIN = {
