@@ -7,7 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from agent_client._io import cancels
 from agent_client._io.link import NotSent
@@ -17,16 +17,32 @@ from wire.models import CallOutcome, ErrorKind
 
 if TYPE_CHECKING:
     from agent_client._io.callstate import CallState
-    from agent_client.client import ToolClient
+    from agent_client._io.loop import IOThread
+    from agent_client._io.replies import ReplyRouter
     from agent_client.prepare import PreparedCall
+    from wire.settings import Settings
 
-__all__ = ["abandoned", "cancel_call"]
+__all__ = ["Connection", "abandoned", "cancel_call"]
+
+
+class Connection(Protocol):
+    """What a cancel needs of the process's client (:class:`agent_client.client.ToolClient`):
+    its settings, its I/O thread, and its reply router (to answer a plain call of its own)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def io(self) -> IOThread: ...
+
+    @property
+    def replies(self) -> ReplyRouter: ...
 
 logger = logging.getLogger(__name__)
 
 
 async def cancel_call(
-    client: ToolClient, call_id: str, *, tool: str, queue: str, envelope: str, generations: int
+    client: Connection, call_id: str, *, tool: str, queue: str, envelope: str, generations: int
 ) -> bool:
     """Cancel call ``call_id`` (on the I/O thread); False if it had ended already.
 
@@ -70,7 +86,7 @@ async def cancel_call(
     return True
 
 
-def abandoned(client: ToolClient, call: PreparedCall, state: CallState | None) -> None:
+def abandoned(client: Connection, call: PreparedCall, state: CallState | None) -> None:
     """The caller stopped waiting for ``call``: cancel it if its tool says so
     (``@tool(on_abandon="cancel")``), in the background."""
     if state is None or call.spec.on_abandon != "cancel":

@@ -16,6 +16,7 @@ from agent_client.approval import check_approval
 from agent_client.client import ToolClient, get_client
 from agent_client.deadline import NOT_SET, Timeout, check_timeout, resolve_timeout, time_left
 from agent_client.errors import ToolTimeoutError
+from agent_client.frameworks import adapter
 from agent_client.handles import CallHandle
 from agent_client.progress import (
     ProgressCallback,
@@ -319,38 +320,30 @@ class RemoteTool:
         """This tool as LazyBridge ``Tool`` objects (needs ``toolexec[lazybridge]``).
 
         LazyBridge's ToolProvider protocol calls this; the adapter lives beside the
-        core in :mod:`agent_client.frameworks.lazybridge` and is imported only here.
+        core in :mod:`agent_client.frameworks.lazybridge`, loaded only now.
         """
-        from agent_client.frameworks.lazybridge import lazybridge_tool
-
-        return [lazybridge_tool(self)]
+        return [adapter("lazybridge")(self)]
 
     # -- other frameworks (each needs its extra; see agent_client.frameworks) ----------
+    # The core names each adapter, and loads it only when asked (agent_client.frameworks.adapter):
+    # it imports none of them, while each adapter imports the core.
 
     def as_locus(self, *, approvals: Any = None) -> Any:
         """This tool as a ``locus`` ``Tool`` (needs ``toolexec[locus]``); ``approvals``: the
         locus ``ApprovalStore`` a tool that requires approval records decisions in."""
-        from agent_client.frameworks.locus import locus_tool
-
-        return locus_tool(self, approvals=approvals)
+        return adapter("locus")(self, approvals=approvals)
 
     def as_openai_agents(self) -> Any:
         """This tool as an openai-agents ``FunctionTool`` (needs ``toolexec[openai-agents]``)."""
-        from agent_client.frameworks.openai_agents import openai_agents_tool
-
-        return openai_agents_tool(self)
+        return adapter("openai_agents")(self)
 
     def as_langchain(self) -> Any:
         """This tool as a LangChain ``StructuredTool`` (needs ``toolexec[langchain]``)."""
-        from agent_client.frameworks.langchain import langchain_tool
-
-        return langchain_tool(self)
+        return adapter("langchain")(self)
 
     def as_pydantic_ai(self) -> Any:
         """This tool as a ``pydantic_ai.Tool`` (needs ``toolexec[pydantic-ai]``)."""
-        from agent_client.frameworks.pydantic_ai import pydantic_ai_tool
-
-        return pydantic_ai_tool(self)
+        return adapter("pydantic_ai")(self)
 
     def __repr__(self) -> str:
         return f"RemoteTool({self.name!r}, queue={self.spec.queue!r}, timeout={self.timeout!r})"

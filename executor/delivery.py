@@ -4,7 +4,7 @@ Every outcome a worker sends goes out here, whoever sends it: the task body afte
 call ran or was refused (:mod:`executor.task`), and the reply backend for a call the
 worker's main process saw lost (:mod:`executor.seams.backend`). :func:`finish` counts
 it (Prometheus, :mod:`executor.metrics`; ``toolexec status``, :mod:`executor.stats`),
-encodes it (:func:`executor.runner.encode_outcome`) and completes the call
+encodes it (:func:`executor.outcomes.encode_outcome`) and completes the call
 (:func:`executor.claims.complete`: the caller, every joiner, and the store when the tool
 keeps outcomes). Redis may blip meanwhile (it restarts, say): each push is tried again
 for :data:`_DELIVERY_PATIENCE` seconds before the outcome is given up and logged.
@@ -24,7 +24,7 @@ import redis
 
 from executor.claims import complete, queue_reply
 from executor.metrics import record_outcome
-from executor.runner import encode_outcome
+from executor.outcomes import encode_outcome
 from executor.stats import record as count_outcome
 from executor.tracing import call_log_fields
 from executor.worker import redis_client, retry_pauses

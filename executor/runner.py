@@ -4,7 +4,7 @@ Every rule here is unit-tested directly, without Celery or Redis: an expired cal
 refused before anything runs, the worker validates the arguments with pydantic (it is
 the authority), ``def`` and ``async def`` tools run under their hard limit
 (:mod:`executor.limits`), and the return value or exception becomes JSON data
-(:func:`encode_outcome`).
+(:mod:`executor.outcomes` encodes it for the wire).
 """
 
 from __future__ import annotations
@@ -30,16 +30,15 @@ from executor.limits import (
     shutting_down,
 )
 from executor.metrics import record_attempt
+from executor.outcomes import too_deep_result
 from executor.registry import ToolDefinition, get_tool
 from executor.retries import Attempts
 from executor.stats import record_retry
 from executor.tracing import call_log_fields
 from wire.clock import shared_now
-from wire.depth import MAX_DEPTH, too_deep
 from wire.models import CallOutcome, CallRequest, ErrorKind
 
 __all__ = [
-    "encode_outcome",
     "execute",
     "execute_async",
     "format_validation_error",
@@ -336,7 +335,7 @@ def _returned(request: CallRequest, value: Any, *, worker: str) -> CallOutcome:
         )
     except ValueError as exc:  # PydanticSerializationError, circular references
         if "recursion" in str(exc).lower():
-            return _too_deep_result(request.tool, call_id, worker=worker)
+            return too_deep_result(request.tool, call_id, worker=worker)
         return CallOutcome.failure(
             call_id,
             ErrorKind.EXECUTION,
@@ -352,45 +351,6 @@ def _exit_message(tool: str, exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return f"tool {tool!r} called sys.exit({exc.code!r}) (SystemExit); the worker process was not stopped"
     return f"tool {tool!r} raised {type(exc).__name__}{f': {exc}' if str(exc) else ''}"
-
-
-def _too_deep_result(tool: str, call_id: str, *, worker: str) -> CallOutcome:
-    return CallOutcome.failure(
-        call_id, ErrorKind.EXECUTION, "UnserializableResult",
-        f"tool {tool!r} returned a value nested deeper than {MAX_DEPTH} levels of arrays and objects, "
-        "which toolexec does not send",
-        worker=worker,
-    )  # fmt: skip
-
-
-def encode_outcome(outcome: CallOutcome, *, tool: str, max_bytes: int) -> str:
-    """The outcome as JSON, replaced by an error outcome when it exceeds ``max_bytes``
-    or cannot be JSON (a string that is not valid Unicode: a lone surrogate)."""
-    try:
-        encoded = outcome.model_dump_json()
-    except pydantic_core.PydanticSerializationError:
-        return CallOutcome.failure(
-            outcome.call_id,
-            ErrorKind.EXECUTION,
-            "UnserializableResult",
-            f"tool {tool!r} returned text that is not valid Unicode (a lone surrogate), which "
-            "cannot be sent as JSON",
-            worker=outcome.worker,
-        ).model_dump_json()
-    if outcome.ok and too_deep(encoded, around=1):  # the outcome's object around the result
-        return _too_deep_result(tool, outcome.call_id, worker=outcome.worker).model_dump_json()
-    size = len(encoded.encode())
-    if size <= max_bytes:
-        return encoded
-    too_big = CallOutcome.failure(
-        outcome.call_id,
-        ErrorKind.EXECUTION,
-        "ResultTooLarge",
-        f"tool {tool!r} returned {size} bytes of JSON; the limit is {max_bytes} "
-        "(TOOLEXEC_MAX_RESULT_BYTES)",
-        worker=outcome.worker,
-    )
-    return too_big.model_dump_json()
 
 
 def format_validation_error(tool: str, exc: pydantic.ValidationError) -> str:

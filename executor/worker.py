@@ -33,11 +33,10 @@ from typing import Any, cast
 import redis
 
 from executor.keeper import Keeper
-from executor.registry import ToolDefinition
 from wire import keys
 from wire.clock import refresh_shared_clock, shared_now
 from wire.formats import holder_tag, parse_holder_tag
-from wire.models import WorkerInfo
+from wire.models import ToolSpec, WorkerInfo
 from wire.settings import Settings
 
 __all__ = [
@@ -151,7 +150,7 @@ class Heartbeat:
         worker_id: str,
         hostname: str,
         queues: Iterable[str],
-        definitions: Iterable[ToolDefinition],
+        specs: Iterable[ToolSpec],
         interval: float,
         flush_counts: Callable[[Any], object],
         pool: str = "",
@@ -161,8 +160,8 @@ class Heartbeat:
         keeper: Keeper | None = None,
     ) -> None:
         queues = tuple(sorted(set(queues)))
-        definitions = list(definitions)
-        served = tuple(sorted(d.name for d in definitions if d.spec.queue in queues))
+        specs = list(specs)
+        served = tuple(sorted(spec.name for spec in specs if spec.queue in queues))
         self.info = WorkerInfo(
             worker_id=worker_id,
             hostname=hostname or socket.gethostname(),
@@ -174,7 +173,7 @@ class Heartbeat:
             concurrency=concurrency,
         )
         self._client = client
-        self._specs = {d.name: d.spec.model_dump_json() for d in definitions}
+        self._specs = {spec.name: spec.model_dump_json() for spec in specs}
         self._interval = interval
         self._flush_counts = flush_counts
         self._running = running

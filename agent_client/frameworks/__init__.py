@@ -1,9 +1,11 @@
 """Framework adapters, one small module each, beside the core.
 
 Each maps its framework's run id, default deadline and error convention onto
-``RemoteTool.invoke``. The core imports an adapter only when asked for it
-(``RemoteTool.as_locus()``, ``as_tools()`` ...); each adapter imports its framework,
-an optional extra, and a missing extra raises :class:`MissingExtra` naming it.
+``RemoteTool.invoke``. Each is a public function (``langchain_tool(proxy)``, ...) and
+is named in :data:`ADAPTERS`, by which the core loads it only when asked for it
+(``RemoteTool.as_locus()``, ``as_tools()`` ...): the core imports no adapter, and each
+adapter imports the core. An adapter imports its framework, an optional extra, and a
+missing extra raises :class:`MissingExtra` naming it.
 
 One rule for the run id, in every adapter, the first that applies:
 
@@ -30,17 +32,40 @@ worded by :func:`cancelled_text`.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable as _Callable
 from collections.abc import Mapping as _Mapping
 from types import ModuleType as _ModuleType
 from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 if _TYPE_CHECKING:
     from agent_client.errors import ToolCancelled
 
-__all__ = ["MissingExtra", "RUN_ID_FIELDS", "carried_run_id", "cancelled_text", "require"]
+__all__ = ["ADAPTERS", "MissingExtra", "RUN_ID_FIELDS", "adapter", "carried_run_id", "cancelled_text", "require"]
+
+#: Each framework's adapter: its module and the function that turns a proxy into the
+#: framework's tool.
+ADAPTERS: dict[str, tuple[str, str]] = {
+    "lazybridge": ("agent_client.frameworks.lazybridge", "lazybridge_tool"),
+    "locus": ("agent_client.frameworks.locus", "locus_tool"),
+    "openai_agents": ("agent_client.frameworks.openai_agents", "openai_agents_tool"),
+    "langchain": ("agent_client.frameworks.langchain", "langchain_tool"),
+    "pydantic_ai": ("agent_client.frameworks.pydantic_ai", "pydantic_ai_tool"),
+}
 
 #: The names under which a run's context object may carry the toolexec run, first wins.
 RUN_ID_FIELDS = ("toolexec_run_id", "run_id")
+
+
+def adapter(framework: str) -> _Callable[..., _Any]:
+    """The adapter of ``framework`` (a key of :data:`ADAPTERS`), its module loaded now.
+
+    Raises:
+        MissingExtra: The framework's extra is not installed.
+    """
+    module, function = ADAPTERS[framework]
+    found: _Callable[..., _Any] = getattr(importlib.import_module(module), function)
+    return found
 
 
 class MissingExtra(ImportError):

@@ -196,7 +196,7 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
     pool = _pool_name(sender.pool)
     hostname = sender.hostname
     heartbeat = Heartbeat(
-        client, worker_id=worker_id(sender.hostname), hostname=sender.hostname, queues=queues, definitions=tools.values(),
+        client, worker_id=worker_id(sender.hostname), hostname=sender.hostname, queues=queues, specs=[d.spec for d in tools.values()],
         interval=settings.heartbeat_interval, pool=pool, flush_counts=stats.flush_into,
         running=lambda: _calls_held(hostname), concurrency=int(getattr(sender.pool, "limit", 0) or 0),
         ignoring_cancel=cancels.ran_on,

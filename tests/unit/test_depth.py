@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from agent_client.errors import ToolArgumentsInvalid
 from agent_client.validation import ArgumentValidator
-from executor.runner import encode_outcome
+from executor.outcomes import encode_outcome
 from wire.depth import MAX_DEPTH, json_depth, too_deep
 from wire.models import CallOutcome
 

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from agent_client.frameworks import MissingExtra
+from agent_client.frameworks import ADAPTERS, MissingExtra, adapter
 from agent_client.remote import RemoteTool
 from agent_client.toolset import RemoteToolset
 from wire.models import ToolSpec
@@ -121,3 +121,14 @@ def test_mcp_server_without_its_extra_raises_missing_extra_naming_toolexec_mcp(
 
     assert main(["mcp"]) == 2
     assert "pip install 'toolexec[mcp]'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("framework", sorted(ADAPTERS))
+def test_each_adapter_the_core_names_is_a_public_function_of_its_module(framework: str) -> None:
+    # The core loads adapters by name (it imports none): each name must resolve, and be
+    # what its module exports.
+    module, function = ADAPTERS[framework]
+    found = adapter(framework)
+
+    assert callable(found) and found.__name__ == function
+    assert function in sys.modules[module].__all__

@@ -23,8 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from executor.outcomes import encode_outcome
 from executor.registry import ToolDefinition
-from executor.runner import encode_outcome, execute
+from executor.runner import execute
 from tests.unit.fuzz_strategies import (
     CATEGORIES,
     STARTER_TOOLS,

@@ -18,8 +18,9 @@ from agent_client.errors import (
     WorkerLost,
     result_of,
 )
+from executor.outcomes import encode_outcome
 from executor.registry import tool, unregister
-from executor.runner import encode_outcome, execute
+from executor.runner import execute
 from wire.models import CallOutcome, CallRequest, ErrorInfo, ErrorKind
 
 

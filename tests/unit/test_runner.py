@@ -17,8 +17,9 @@ from pydantic import BaseModel
 
 from executor import limits, runner
 from executor.context import CallContext, current_call
+from executor.outcomes import encode_outcome
 from executor.registry import tool, unregister
-from executor.runner import encode_outcome, execute
+from executor.runner import execute
 from wire.clock import shared_now
 from wire.models import CallOutcome, CallRequest, ErrorKind
 
