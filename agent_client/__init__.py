@@ -1,9 +1,9 @@
 """toolexec's agent side: call tools that run on Celery workers.
 
-    from agent_client import remote_tool
-    search = remote_tool("search")
-    hits = search(query="red-headed league")          # or: await search.run(...)
-    agent = lazybridge.Agent(tools=[search], ...)     # a LazyBridge ToolProvider
+from agent_client import remote_tool
+search = remote_tool("search")
+hits = search(query="red-headed league")          # or: await search.run(...)
+agent = lazybridge.Agent(tools=[search], ...)     # a LazyBridge ToolProvider
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ def check_on_abandon(value: object, tool: str) -> OnAbandon | None:
         ValueError: Anything else.
     """
     if value is not None and value not in _CHOICES:
-        raise ValueError(f"on_abandon for tool {tool!r} must be 'leave', 'cancel' or None; got {value!r}")
+        raise ValueError(
+            f"on_abandon for tool {tool!r} must be 'leave', 'cancel' or None; got {value!r}"
+        )
     return cast("OnAbandon | None", value)
 
 
@@ -46,7 +48,9 @@ def on_abandon_overrides(
     if given is None or isinstance(given, str):
         return {name: check_on_abandon(given, name) for name in names}
     if not isinstance(given, Mapping):
-        raise TypeError(f"on_abandon must be 'leave', 'cancel', None or a mapping of tool names; got {given!r}")
+        raise TypeError(
+            f"on_abandon must be 'leave', 'cancel', None or a mapping of tool names; got {given!r}"
+        )
     unknown = sorted(set(given) - set(names))
     if unknown:
         raise ValueError(

@@ -19,11 +19,15 @@ def check_approval(value: object, tool: str) -> bool | None:
         TypeError: Anything else.
     """
     if value is not None and not isinstance(value, bool):
-        raise TypeError(f"requires_approval for tool {tool!r} must be True, False or None; got {value!r}")
+        raise TypeError(
+            f"requires_approval for tool {tool!r} must be True, False or None; got {value!r}"
+        )
     return value
 
 
-def approval_overrides(given: bool | Mapping[str, bool] | None, names: list[str]) -> dict[str, bool | None]:
+def approval_overrides(
+    given: bool | Mapping[str, bool] | None, names: list[str]
+) -> dict[str, bool | None]:
     """Each tool's override from ``remote_tools(requires_approval=given)``, by name.
 
     Raises:
@@ -33,7 +37,9 @@ def approval_overrides(given: bool | Mapping[str, bool] | None, names: list[str]
     if given is None or isinstance(given, bool):
         return dict.fromkeys(names, given)
     if not isinstance(given, Mapping):
-        raise TypeError(f"requires_approval must be True, False, None or a mapping of tool names; got {given!r}")
+        raise TypeError(
+            f"requires_approval must be True, False, None or a mapping of tool names; got {given!r}"
+        )
     unknown = sorted(set(given) - set(names))
     if unknown:
         raise ValueError(
@@ -41,4 +47,3 @@ def approval_overrides(given: bool | Mapping[str, bool] | None, names: list[str]
             f"its tools: {', '.join(sorted(names)) or '(none)'}"
         )
     return {name: check_approval(given.get(name), name) for name in names}
-

@@ -38,7 +38,9 @@ class SentCall:
     tool: str
 
 
-_recording: contextvars.ContextVar[list[SentCall] | None] = contextvars.ContextVar("toolexec_sent_calls", default=None)
+_recording: contextvars.ContextVar[list[SentCall] | None] = contextvars.ContextVar(
+    "toolexec_sent_calls", default=None
+)
 
 
 @contextlib.contextmanager

@@ -38,6 +38,7 @@ class Connection(Protocol):
     @property
     def replies(self) -> ReplyRouter: ...
 
+
 logger = logging.getLogger(__name__)
 
 
@@ -64,20 +65,31 @@ async def cancel_call(
         broker = cancels.broker_link(client.io, settings.broker_url)
         ttl_ms = max(settings.reply_ttl, settings.handle_ttl) * 1000
         taken = await cancels.cancel(
-            store, broker, call_id=call_id, queue=queue, ttl_ms=ttl_ms,
+            store,
+            broker,
+            call_id=call_id,
+            queue=queue,
+            ttl_ms=ttl_ms,
             copies=cancels.copies_of(envelope, generations) if envelope else [],
-        )  # fmt: skip
+        )
     except NotSent as exc:
         raise BrokerUnavailable(f"cannot cancel call {call_id}: {exc}", tool=tool) from None
     if taken:
         outcome = CallOutcome.failure(
-            call_id, ErrorKind.CANCELLED, "ToolCancelled", "cancelled while queued: it never started"
+            call_id,
+            ErrorKind.CANCELLED,
+            "ToolCancelled",
+            "cancelled while queued: it never started",
         )
         ended = False
         if record:
             try:
                 ended = await cancels.end(
-                    store, outcome, handle_ttl=settings.handle_ttl, reply_ttl=settings.reply_ttl, tell_sender=True
+                    store,
+                    outcome,
+                    handle_ttl=settings.handle_ttl,
+                    reply_ttl=settings.reply_ttl,
+                    tell_sender=True,
                 )
             except NotSent:
                 ended = False
@@ -92,9 +104,14 @@ def abandoned(client: Connection, call: PreparedCall, state: CallState | None) -
     if state is None or call.spec.on_abandon != "cancel":
         return
     work = functools.partial(
-        cancel_call, client, call.call_id, tool=call.spec.name, queue=call.spec.queue,
-        envelope=state.pushed, generations=client.settings.max_deliveries,
-    )  # fmt: skip
+        cancel_call,
+        client,
+        call.call_id,
+        tool=call.spec.name,
+        queue=call.spec.queue,
+        envelope=state.pushed,
+        generations=client.settings.max_deliveries,
+    )
     client.io.submit(work).add_done_callback(_cancel_failed)
 
 

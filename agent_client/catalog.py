@@ -16,8 +16,8 @@ at the moment: the message waits in its queue for a worker, within the call's de
 The reads also tell which workers went: one seen beating in a read and missing in a
 later one, not back since, while Redis took and kept this client's own writes for an
 interval before it (:mod:`agent_client._io.writes`: a heartbeat lapses in a Redis pause
-or full memory, and vanishes in a restart, and comes back). The watchdog asks (:meth:`Catalog.worker_gone`) before it calls a vanished call's
-worker lost.
+or full memory, and vanishes in a restart, and comes back). The watchdog asks
+(:meth:`Catalog.worker_gone`) before it calls a vanished call's worker lost.
 """
 
 from __future__ import annotations
@@ -61,11 +61,15 @@ class _View:
     served: dict[str, frozenset[str]] = field(default_factory=dict)
     read_at: float = -math.inf
     workers: dict[str, frozenset[str]] = field(default_factory=dict)  # live worker id -> queues
-    beat_at: dict[str, float] = field(default_factory=dict)  # live worker id -> its last beat (shared clock)
+    beat_at: dict[str, float] = field(
+        default_factory=dict
+    )  # live worker id -> its last beat (shared clock)
 
     def served_spec(self, name: str) -> ToolSpec | None:
         spec = self.specs.get(name)
-        return spec if spec is not None and spec.queue in self.served.get(name, frozenset()) else None
+        return (
+            spec if spec is not None and spec.queue in self.served.get(name, frozenset()) else None
+        )
 
 
 class _ReadFailed(Exception):
@@ -83,9 +87,15 @@ class Catalog:
     """
 
     def __init__(
-        self, io: IOThread, url: str, *, max_age: float, writes: Writes, interval: float,
+        self,
+        io: IOThread,
+        url: str,
+        *,
+        max_age: float,
+        writes: Writes,
+        interval: float,
         clock: SharedClock | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._io = io
         self._writes = writes
         self._interval = interval
@@ -96,7 +106,9 @@ class Catalog:
         self._reading: asyncio.Task[None] | None = None
         self._kicked = False
         self._failed_at = -math.inf
-        self._gone: dict[str, tuple[frozenset[str], float]] = {}  # worker id -> (queues, first seen gone)
+        self._gone: dict[
+            str, tuple[frozenset[str], float]
+        ] = {}  # worker id -> (queues, first seen gone)
 
     # -- the cached view: no I/O ---------------------------------------------------------
 
@@ -127,7 +139,9 @@ class Catalog:
         try:
             await self._read()
         except Exception as exc:  # noqa: BLE001 - nothing concluded from an old read
-            logger.debug("could not read the catalog to look for a lost worker: %s", type(exc).__name__)
+            logger.debug(
+                "could not read the catalog to look for a lost worker: %s", type(exc).__name__
+            )
             return None
         if not any(queue in queues and gone_at >= since for queues, gone_at in self._gone.values()):
             return False
@@ -151,7 +165,11 @@ class Catalog:
             logger.debug("could not read the catalog to see who beats: %s", type(exc).__name__)
             return False
         view = self._view
-        return all(view.beat_at.get(w, -math.inf) >= since for w, queues in view.workers.items() if queue in queues)
+        return all(
+            view.beat_at.get(w, -math.inf) >= since
+            for w, queues in view.workers.items()
+            if queue in queues
+        )
 
     # -- reads that wait (bounded) ---------------------------------------------------------
 
@@ -192,7 +210,9 @@ class Catalog:
                 raise self._not_found(name)
             time.sleep(min(_POLL, left))
 
-    def specs(self, queues: frozenset[str] | None = None, *, wait: float | None = None) -> list[ToolSpec]:
+    def specs(
+        self, queues: frozenset[str] | None = None, *, wait: float | None = None
+    ) -> list[ToolSpec]:
         """Specs of every tool a live worker serves, by name, optionally only on ``queues``.
 
         Args:
@@ -226,7 +246,8 @@ class Catalog:
         return [
             spec
             for name, spec in sorted(view.specs.items())
-            if spec.queue in view.served.get(name, frozenset()) and (queues is None or spec.queue in queues)
+            if spec.queue in view.served.get(name, frozenset())
+            and (queues is None or spec.queue in queues)
         ]
 
     def available(self, *, read: bool = True) -> list[str]:
@@ -272,7 +293,9 @@ class Catalog:
         found = self._view.served_spec(name)
         if found is not None:
             age = time.monotonic() - self._view.read_at
-            logger.info("%s; tool %r is served as the catalog read %.1fs ago saw it", error, name, age)
+            logger.info(
+                "%s; tool %r is served as the catalog read %.1fs ago saw it", error, name, age
+            )
         return found
 
     async def specs_async(
@@ -287,16 +310,22 @@ class Catalog:
         try:
             await self._io.run_async(self._read, timeout=timeout)
         except TimeoutError:
-            raise BrokerUnavailable(f"cannot read the tool catalog from Redis within {timeout:g}s") from None
+            raise BrokerUnavailable(
+                f"cannot read the tool catalog from Redis within {timeout:g}s"
+            ) from None
         except _ReadFailed as exc:
             raise BrokerUnavailable(f"cannot read the tool catalog from Redis: {exc}") from None
 
     def _not_found(self, name: str) -> ToolNotFound:
         spec = self._view.specs.get(name)
         if spec is None:
-            return ToolNotFound(name, self.available(read=False), reason="no worker has published it")
+            return ToolNotFound(
+                name, self.available(read=False), reason="no worker has published it"
+            )
         return ToolNotFound(
-            name, self.available(read=False), reason=f"no live worker serves it on queue {spec.queue!r}"
+            name,
+            self.available(read=False),
+            reason=f"no live worker serves it on queue {spec.queue!r}",
         )
 
     def _refresh(self, ends: float) -> None:
@@ -304,7 +333,9 @@ class Catalog:
         try:
             self._io.run(self._read, timeout=timeout)
         except TimeoutError:
-            raise BrokerUnavailable(f"cannot read the tool catalog from Redis within {timeout:g}s") from None
+            raise BrokerUnavailable(
+                f"cannot read the tool catalog from Redis within {timeout:g}s"
+            ) from None
         except _ReadFailed as exc:
             # A dropped TLS connection may be the server refusing this client's certificate.
             reason = tls_refusal(self._url, str(exc)) or exc
@@ -355,7 +386,11 @@ class Catalog:
             # Beside the read, this client's own liveness key: missing though written within
             # its life, Redis restarted or stalled, and this read is no evidence of a death.
             first = await link.execute(
-                [("HGETALL", keys.CATALOG), ("SMEMBERS", keys.WORKERS), ("EXISTS", self._writes.key)],
+                [
+                    ("HGETALL", keys.CATALOG),
+                    ("SMEMBERS", keys.WORKERS),
+                    ("EXISTS", self._writes.key),
+                ],
                 timeout=READ_TIMEOUT,
             )
             raw_specs, worker_ids, witness = (_ok(reply) for reply in first)
@@ -363,7 +398,13 @@ class Catalog:
             ids = sorted(w.decode() if isinstance(w, bytes) else str(w) for w in worker_ids)
             beats: list[Any] = []
             if ids:
-                beats = _ok((await link.execute([("MGET", *(keys.worker(w) for w in ids))], timeout=READ_TIMEOUT))[0])
+                beats = _ok(
+                    (
+                        await link.execute(
+                            [("MGET", *(keys.worker(w) for w in ids))], timeout=READ_TIMEOUT
+                        )
+                    )[0]
+                )
             dead = [w for w, beat in zip(ids, beats, strict=True) if beat is None]
             if dead:
                 await link.execute([("SREM", keys.WORKERS, *dead)], timeout=READ_TIMEOUT)

@@ -57,14 +57,15 @@ logger = logging.getLogger(__name__)
 #: The brokers a client publishes to (a worker also takes kombu's in-memory one).
 _BROKER_SCHEMES = (*REDIS_SCHEMES, *AMQP_SCHEMES)
 
+
 class ToolClient:
     """Dispatches calls to workers and waits for their outcomes."""
 
     def __init__(self, settings: Settings) -> None:
         if not settings.broker_url.startswith(_BROKER_SCHEMES):
             raise ValueError(
-                f"toolexec's client publishes to a Redis or RabbitMQ (amqp://) broker; TOOLEXEC_BROKER_URL is "
-                f"{settings.broker_url.split('://')[0]}://..."
+                "toolexec's client publishes to a Redis or RabbitMQ (amqp://) broker; "
+                f"TOOLEXEC_BROKER_URL is {settings.broker_url.split('://')[0]}://..."
             )
         self.settings = settings
         self.stored = StoredOutcomes(ttl=settings.outcome_ttl)
@@ -88,19 +89,36 @@ class ToolClient:
         #: on a look Redis could not have let it answer (agent_client._io.writes).
         self.writes = Writes(keys.caller(self.client_id), settings.heartbeat_interval)
         self.catalog = Catalog(
-            self.io, settings.redis_url, max_age=min(1.0, settings.heartbeat_interval / 2), writes=self.writes,
-            interval=settings.heartbeat_interval, clock=wire_clock.shared_clock,
-        )  # fmt: skip
-        self.replies = ReplyRouter(
-            self.io, settings.redis_url, keys.reply(self.client_id), block=min(1.0, settings.heartbeat_interval)
+            self.io,
+            settings.redis_url,
+            max_age=min(1.0, settings.heartbeat_interval / 2),
+            writes=self.writes,
+            interval=settings.heartbeat_interval,
+            clock=wire_clock.shared_clock,
         )
-        self.publisher = Publisher(self.io, broker_url=settings.broker_url, store_url=settings.redis_url)
+        self.replies = ReplyRouter(
+            self.io,
+            settings.redis_url,
+            keys.reply(self.client_id),
+            block=min(1.0, settings.heartbeat_interval),
+        )
+        self.publisher = Publisher(
+            self.io, broker_url=settings.broker_url, store_url=settings.redis_url
+        )
         self.watchdog = Watchdog(
-            self.replies, self.io, store_url=settings.redis_url, broker_url=settings.broker_url,
-            interval=settings.heartbeat_interval, max_deliveries=settings.max_deliveries,
-            worker_gone=self.catalog.worker_gone, beating_since=self.catalog.beating_since, writes=self.writes,
-        )  # fmt: skip
-        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopBatcher] = weakref.WeakKeyDictionary()
+            self.replies,
+            self.io,
+            store_url=settings.redis_url,
+            broker_url=settings.broker_url,
+            interval=settings.heartbeat_interval,
+            max_deliveries=settings.max_deliveries,
+            worker_gone=self.catalog.worker_gone,
+            beating_since=self.catalog.beating_since,
+            writes=self.writes,
+        )
+        self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopBatcher] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- the background thread's services ------------------------------------------------
 
@@ -113,7 +131,9 @@ class ToolClient:
             try:
                 await self.watchdog.check()
             except Exception as exc:  # noqa: BLE001 - the next round tries again
-                logger.debug("the watchdog could not look at the waiting calls: %s", type(exc).__name__)
+                logger.debug(
+                    "the watchdog could not look at the waiting calls: %s", type(exc).__name__
+                )
 
     async def _beat(self) -> None:
         # That this client still waits (wire.keys.caller): a worker sheds a queued call
@@ -132,7 +152,9 @@ class ToolClient:
         self.io.on_close(leave)
         while True:
             try:
-                (reply,) = await link.execute([("SET", key, "1", "PX", life, "GET")], timeout=OP_TIMEOUT)
+                (reply,) = await link.execute(
+                    [("SET", key, "1", "PX", life, "GET")], timeout=OP_TIMEOUT
+                )
                 if isinstance(reply, Refused | Unknown):
                     self.writes.refused()
                 else:
@@ -153,7 +175,12 @@ class ToolClient:
         cached = self._validators.get(spec.name)
         # Compared by identity first: comparing two models on every call costs.
         if cached is None or (cached[0] is not spec and cached[0] != spec):
-            cached = (spec, ArgumentValidator(spec.name, spec.parameters, max_bytes=self.settings.max_argument_bytes))
+            cached = (
+                spec,
+                ArgumentValidator(
+                    spec.name, spec.parameters, max_bytes=self.settings.max_argument_bytes
+                ),
+            )
             self._validators[spec.name] = cached
         return cached[1]
 
@@ -181,14 +208,22 @@ class ToolClient:
         Raises:
             ToolArgumentsInvalid: The arguments do not fit; nothing is sent.
         """
+
         def build(spec: ToolSpec) -> PreparedCall:
             return prepare_call(
-                with_on_abandon(spec, on_abandon), arguments, validator=self.validator(spec), settings=self.settings,
-                call_id=f"{self.client_id}-{next(self._numbers)}", reply_to=self.client_id,
-                timeout=timeout, run_id=run_id if run_id is not None else current_run_id(),
-                idempotency_key=idempotency_key, origin=self._origin, caller_beats=self.beating,
+                with_on_abandon(spec, on_abandon),
+                arguments,
+                validator=self.validator(spec),
+                settings=self.settings,
+                call_id=f"{self.client_id}-{next(self._numbers)}",
+                reply_to=self.client_id,
+                timeout=timeout,
+                run_id=run_id if run_id is not None else current_run_id(),
+                idempotency_key=idempotency_key,
+                origin=self._origin,
+                caller_beats=self.beating,
                 handle=handle,
-            )  # fmt: skip
+            )
 
         call = build(spec)  # a bad call is refused before any I/O
         live = self.catalog.known(spec.name)  # cached; read again in the background when stale
@@ -225,7 +260,9 @@ class ToolClient:
         ``batcher`` the send waits for the end of the event loop's turn. Returns at
         once: the client's I/O thread does the sending.
         """
-        call = self.prepare(spec, arguments, timeout=timeout, run_id=run_id, idempotency_key=idempotency_key)
+        call = self.prepare(
+            spec, arguments, timeout=timeout, run_id=run_id, idempotency_key=idempotency_key
+        )
         future, _ = self._send(call, timeout=timeout, batcher=batcher)
         return call, future
 
@@ -248,20 +285,30 @@ class ToolClient:
         key = call.idempotency_key
         if key is not None and record is None and (seen := self.stored.get(key)) is not None:
             # A repeat of a call whose outcome this process has seen stored: no I/O.
-            future: Waiter = loop.create_future() if loop is not None else concurrent.futures.Future()
+            future: Waiter = (
+                loop.create_future() if loop is not None else concurrent.futures.Future()
+            )
             settle(future, result=seen)
             return future, None
         state = CallState(
-            tool=call.spec.name, delivery=call.spec.delivery, queue=call.spec.queue, envelope=call.envelope,
-            running_keys=call.running_keys, idempotency_key=key, pushed=call.envelope,
+            tool=call.spec.name,
+            delivery=call.spec.delivery,
+            queue=call.spec.queue,
+            envelope=call.envelope,
+            running_keys=call.running_keys,
+            idempotency_key=key,
+            pushed=call.envelope,
             fence_ttl_ms=call.claim_ttl_ms or call.sent_ttl_ms,
-        )  # fmt: skip
+        )
         future = self.replies.expect(call.call_id, state, loop=loop, progress=progress)
         send = Send(
-            call=call, future=future, state=state,
+            call=call,
+            future=future,
+            state=state,
             expires_at=None if timeout is None else time.monotonic() + timeout,
-            record=record, record_ttl_ms=self.settings.handle_ttl * 1000,
-        )  # fmt: skip
+            record=record,
+            record_ttl_ms=self.settings.handle_ttl * 1000,
+        )
         state.resend = lambda: self.publisher.send([send])
         if batcher is not None:
             batcher.add(send)
@@ -301,7 +348,9 @@ class ToolClient:
                 stalled = self.publisher.stalled(longer_than=SEND_STALL)
                 sent = None if state is None else state.abandon()
                 abandoned(self, call, state)
-                raise deadline_error(call.spec.name, exc, sent, stalled=stalled, call_id=call.call_id) from None
+                raise deadline_error(
+                    call.spec.name, exc, sent, stalled=stalled, call_id=call.call_id
+                ) from None
             except BaseException:  # the caller's task cancelled, or the generator closed
                 abandoned(self, call, state)
                 raise
@@ -311,7 +360,12 @@ class ToolClient:
                 return self._result(call, outcome, timeout=timeout)
 
     async def call(
-        self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, started: float | None = None,
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        *,
+        timeout: float | None,
+        started: float | None = None,
         **options: Any,
     ) -> Any:
         """Run a call and return its result, waiting without blocking the event loop.
@@ -322,20 +376,39 @@ class ToolClient:
         left = time_left(timeout, started)
         ends = None if left is None else loop.time() + left
         attempts = self.attempts(
-            spec, arguments, timeout=timeout, ends=ends, clock=loop.time, batcher=self.batcher(), **options
+            spec,
+            arguments,
+            timeout=timeout,
+            ends=ends,
+            clock=loop.time,
+            batcher=self.batcher(),
+            **options,
         )
-        return await drive_async(attempts, ends=ends, timed_out=lambda: ToolTimeoutError(spec.name, timeout or 0.0))
+        return await drive_async(
+            attempts, ends=ends, timed_out=lambda: ToolTimeoutError(spec.name, timeout or 0.0)
+        )
 
     def call_sync(
-        self, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None, started: float | None = None,
+        self,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        *,
+        timeout: float | None,
+        started: float | None = None,
         **options: Any,
     ) -> Any:
-        """Run a call and return its result, blocking this thread until the deadline (as :meth:`call`)."""
+        """Run a call and return its result, blocking this thread until the deadline (as
+        :meth:`call`)."""
         left = time_left(timeout, started)
         ends = None if left is None else time.monotonic() + left
-        attempts = self.attempts(spec, arguments, timeout=timeout, ends=ends, clock=time.monotonic, **options)
+        attempts = self.attempts(
+            spec, arguments, timeout=timeout, ends=ends, clock=time.monotonic, **options
+        )
         return drive_sync(
-            attempts, ends=ends, clock=time.monotonic, timed_out=lambda: ToolTimeoutError(spec.name, timeout or 0.0)
+            attempts,
+            ends=ends,
+            clock=time.monotonic,
+            timed_out=lambda: ToolTimeoutError(spec.name, timeout or 0.0),
         )
 
     def batcher(self) -> LoopBatcher:
@@ -350,7 +423,9 @@ class ToolClient:
         if call.idempotency_key is not None and should_store(call.spec, outcome):
             self.stored.put(call.idempotency_key, outcome)
         try:
-            return result_of(call.spec.name, outcome, timeout=timeout, available=self._available(outcome))
+            return result_of(
+                call.spec.name, outcome, timeout=timeout, available=self._available(outcome)
+            )
         except RemoteToolError as exc:
             exc.call_id = exc.call_id or call.call_id  # every error names its call
             raise
@@ -422,4 +497,3 @@ def get_client() -> ToolClient:
     if client._pid != os.getpid():  # forked, and the fork hook did not run
         client._after_fork()
     return client
-

@@ -74,10 +74,21 @@ def check_timeout(value: Timeout, *, what: str = "timeout") -> Timeout:
     """Return ``value`` if it is NOT_SET, None or a positive finite number; else raise."""
     if value is NOT_SET or value is None:
         return value
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what} must be a positive number of seconds, None (no deadline) or NOT_SET; got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise ValueError(
+            f"{what} must be a positive number of seconds, None (no deadline) or NOT_SET; got "
+            f"{value!r}"
+        )
     if value > MAX_TIMEOUT:
-        raise ValueError(f"{what} must be at most {MAX_TIMEOUT:.0f} seconds (366 days), or None for no deadline; got {value!r}")
+        raise ValueError(
+            f"{what} must be at most {MAX_TIMEOUT:.0f} seconds (366 days), or None for no "
+            f"deadline; got {value!r}"
+        )
     return float(value)
 
 
@@ -106,7 +117,11 @@ Attempts = Generator[Waiter, CallOutcome, Any]
 
 
 def drive_sync(
-    attempts: Attempts, *, ends: float | None, clock: Callable[[], float], timed_out: Callable[[], ToolTimeoutError]
+    attempts: Attempts,
+    *,
+    ends: float | None,
+    clock: Callable[[], float],
+    timed_out: Callable[[], ToolTimeoutError],
 ) -> Any:
     """Run ``attempts`` on this thread, blocking on each future until ``ends``."""
     try:
@@ -193,7 +208,9 @@ class _Expiry:
     def _arm(self) -> asyncio.TimerHandle:
         left = self._ends - self._loop.time()
         if left > ONE_TIMER_WITHIN:
-            return self._loop.call_at(self._ends - left * EARLY_SHARE - SELECT_RESOLUTION, self._again)
+            return self._loop.call_at(
+                self._ends - left * EARLY_SHARE - SELECT_RESOLUTION, self._again
+            )
         return self._loop.call_at(self._ends, _expire, self._future)
 
     def _again(self) -> None:

@@ -20,12 +20,14 @@ A failure crosses the wire as data (:class:`wire.models.ErrorInfo`: its kind, th
 remote type's name and message), and :func:`result_of` raises it here: ``not_found``
 as ``ToolNotFound``, ``invalid_arguments`` as ``ToolArgumentsInvalid``, ``expired`` as
 ``ToolTimeoutError`` (or ``CallerGone``, a call shed unrun because workers judged its
-caller gone: never told as a timeout, since its deadline had not passed), ``worker_lost`` as ``WorkerLost`` (or ``ToolOutcomeUnknown``,
-the client's watchdog's verdict on a call Redis lost), ``cancelled`` as
-``ToolCancelled``, any other (``execution``, ``hard_timeout``) as ``ToolExecutionError``. A call whose deadline passed with no
-outcome is a timeout, unless its send failed or stalled: then :func:`deadline_error`
-says how far it got (``BrokerUnavailable``: not sent; ``ToolOutcomeUnknown``: maybe).
-``__all__`` is the tree; the two functions are the client's.
+caller gone: never told as a timeout, since its deadline had not passed),
+``worker_lost`` as ``WorkerLost`` (or ``ToolOutcomeUnknown``, the client's watchdog's
+verdict on a call Redis lost), ``cancelled`` as ``ToolCancelled``, any other
+(``execution``, ``hard_timeout``) as ``ToolExecutionError``. A call whose deadline
+passed with no outcome is a timeout, unless its send failed or stalled: then
+:func:`deadline_error` says how far it got (``BrokerUnavailable``: not sent;
+``ToolOutcomeUnknown``: maybe). ``__all__`` is the tree; the two functions are the
+client's.
 """
 
 from __future__ import annotations
@@ -74,7 +76,9 @@ class ToolNotFound(RemoteToolError):
         self.available = tuple(sorted(available))
         listed = ", ".join(self.available) if self.available else "none"
         why = reason or "no live worker serves it"
-        super().__init__(f"tool {tool!r} is not available: {why}. Available tools: {listed}", tool=tool)
+        super().__init__(
+            f"tool {tool!r} is not available: {why}. Available tools: {listed}", tool=tool
+        )
 
 
 class ToolArgumentsInvalid(RemoteToolError):
@@ -82,7 +86,9 @@ class ToolArgumentsInvalid(RemoteToolError):
 
     def __init__(self, tool: str, problems: Iterable[str]) -> None:
         self.problems = tuple(problems)
-        super().__init__(f"invalid arguments for tool {tool!r}: " + "; ".join(self.problems), tool=tool)
+        super().__init__(
+            f"invalid arguments for tool {tool!r}: " + "; ".join(self.problems), tool=tool
+        )
 
 
 class ToolExecutionError(RemoteToolError):
@@ -160,7 +166,8 @@ class ToolOutcomeUnknown(RemoteToolError):
         why = f" ({reason})" if reason else ""
         super().__init__(
             f"tool {tool!r}: the outcome is unknown: the call may have reached Redis{why}, and no "
-            f"reply came within {timeout:g}s; it may have run, so check before retrying a side effect",
+            f"reply came within {timeout:g}s; it may have run, so check before retrying a side "
+            "effect",
             tool=tool,
         )
 
@@ -181,7 +188,9 @@ class BrokerUnavailable(RemoteToolError):
 # -- an outcome, or a deadline, as an error ---------------------------------------------
 
 
-def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None, available: Iterable[str] = ()) -> Any:
+def result_of(
+    tool: str, outcome: CallOutcome, *, timeout: float | None = None, available: Iterable[str] = ()
+) -> Any:
     """The outcome's result, or the error it carries raised as a :class:`RemoteToolError`."""
     if outcome.ok:
         return outcome.result
@@ -206,16 +215,24 @@ def result_of(tool: str, outcome: CallOutcome, *, timeout: float | None = None, 
         raise CallerGone(f"tool {tool!r} was not run: {error.message}", tool=tool)
     if error.kind is ErrorKind.EXPIRED:
         raise ToolTimeoutError(
-            tool, timeout or 0.0,
-            reason=f"was not run: its {timeout or 0:g}s deadline had passed by the worker's clock before it started",
-        )  # fmt: skip
+            tool,
+            timeout or 0.0,
+            reason=(
+                f"was not run: its {timeout or 0:g}s deadline had passed by the worker's clock "
+                "before it started"
+            ),
+        )
     if error.kind is ErrorKind.CANCELLED:
         raise ToolCancelled(tool, error.message)
     raise ToolExecutionError(tool, error.type, error.message, attempts=error.attempts)
 
 
 def deadline_error(
-    tool: str, error: ToolTimeoutError, sent: tuple[bool, bool, str] | None, *, stalled: bool,
+    tool: str,
+    error: ToolTimeoutError,
+    sent: tuple[bool, bool, str] | None,
+    *,
+    stalled: bool,
     call_id: str | None = None,
 ) -> RemoteToolError:
     """What a caller whose deadline passed hears, by how far its send got.
@@ -246,7 +263,7 @@ def _deadline_error(
     if written:
         return ToolOutcomeUnknown(tool, error.timeout, reason=why)
     return BrokerUnavailable(
-        f"cannot send the call to {tool!r}: the broker could not take it within its {error.timeout:g}s deadline"
-        f"{f' ({why})' if why else ''}; the call was not sent",
+        f"cannot send the call to {tool!r}: the broker could not take it within its "
+        f"{error.timeout:g}s deadline{f' ({why})' if why else ''}; the call was not sent",
         tool=tool,
     )

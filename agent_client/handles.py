@@ -9,10 +9,10 @@
 
 A submitted call is an ordinary call with a record (``wire.handles``), written before its
 message goes out (``submit`` returns once Redis, or RabbitMQ, confirmed both: the sender
-may exit at once and the call still runs) and ended by whoever ends the call: its worker, a cancel that took it
-off its queue, or this process for an outcome it received from another call (one it
-joined). Any process can :func:`attach` to the record for ``TOOLEXEC_HANDLE_TTL``
-seconds after its last change, also after the sender died.
+may exit at once and the call still runs) and ended by whoever ends the call: its
+worker, a cancel that took it off its queue, or this process for an outcome it received
+from another call (one it joined). Any process can :func:`attach` to the record for
+``TOOLEXEC_HANDLE_TTL`` seconds after its last change, also after the sender died.
 
 Two clocks end a wait: the waiter's own ``timeout`` (a builtin :class:`TimeoutError`;
 the handle stays usable and the call goes on) and the call's deadline
@@ -76,9 +76,17 @@ class CallHandle:
     """
 
     def __init__(
-        self, client: ToolClient, *, call_id: str, tool: str, queue: str, envelope: str,
-        deadline: float | None, timeout: float | None, spec: ToolSpec | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        client: ToolClient,
+        *,
+        call_id: str,
+        tool: str,
+        queue: str,
+        envelope: str,
+        deadline: float | None,
+        timeout: float | None,
+        spec: ToolSpec | None = None,
+    ) -> None:
         self.id = call_id
         self.tool = tool
         self._client = client
@@ -93,7 +101,9 @@ class CallHandle:
         self._call: PreparedCall | None = None  # the attempt this process sent, if any
         self._state: CallState | None = None
         self._sink: ProgressSink | None = None
-        self._streams: list[tuple[asyncio.AbstractEventLoop, asyncio.Queue[ProgressEvent | None]]] = []
+        self._streams: list[
+            tuple[asyncio.AbstractEventLoop, asyncio.Queue[ProgressEvent | None]]
+        ] = []
         self._on_progress: ProgressCallback | None = None
         self._expired = False  # the deadline passed with no outcome
 
@@ -120,7 +130,9 @@ class CallHandle:
             deadline = None if left is None else time.monotonic() + left
             ends = _sooner(waits_until, deadline)
             try:
-                return self._final.result(None if ends is None else max(0.0, ends - time.monotonic()))
+                return self._final.result(
+                    None if ends is None else max(0.0, ends - time.monotonic())
+                )
             except concurrent.futures.TimeoutError:
                 if deadline is not None and ends == deadline:  # the call's deadline came first
                     self._expire()
@@ -183,14 +195,18 @@ class CallHandle:
 
     async def status_async(self) -> Status:
         """:meth:`status` without blocking the event loop."""
-        return self._status(await self._client.io.run_async(self._read_status, timeout=cancels.TIMEOUT + 1))
+        return self._status(
+            await self._client.io.run_async(self._read_status, timeout=cancels.TIMEOUT + 1)
+        )
 
     async def _read_status(self) -> str:
         store = self._client.io.link(self._client.settings.redis_url, "read")
         try:
             record = await cancels.read_record(store, self.id)
         except NotSent as exc:
-            raise BrokerUnavailable(f"cannot read the status of call {self.id}: {exc}", tool=self.tool) from None
+            raise BrokerUnavailable(
+                f"cannot read the status of call {self.id}: {exc}", tool=self.tool
+            ) from None
         return record.get("status", "unknown")
 
     def _status(self, kept: str) -> Status:
@@ -227,9 +243,13 @@ class CallHandle:
     async def _cancel(self) -> bool:
         client = self._client
         return await cancel_call(
-            client, self.id, tool=self.tool, queue=self._queue, envelope=self._envelope,
+            client,
+            self.id,
+            tool=self.tool,
+            queue=self._queue,
+            envelope=self._envelope,
             generations=client.settings.max_deliveries,
-        )  # fmt: skip
+        )
 
     # -- the call's end, in this process -------------------------------------------------
 
@@ -276,9 +296,12 @@ class CallHandle:
         if call is not None:
             sent = None if state is None else state.abandon()
             error = deadline_error(
-                self.tool, timed_out, sent, stalled=self._client.publisher.stalled(longer_than=SEND_STALL),
+                self.tool,
+                timed_out,
+                sent,
+                stalled=self._client.publisher.stalled(longer_than=SEND_STALL),
                 call_id=self.id,
-            )  # fmt: skip
+            )
             self._client.replies.forget(call.call_id)
         self._finish(error=error)
         if self._spec is not None and self._spec.on_abandon == "cancel":
@@ -291,9 +314,12 @@ class CallHandle:
         async def end() -> None:
             try:
                 await cancels.end(
-                    store, outcome.model_copy(update={"call_id": self.id}), handle_ttl=settings.handle_ttl,
-                    reply_ttl=settings.reply_ttl, tell_sender=False,
-                )  # fmt: skip
+                    store,
+                    outcome.model_copy(update={"call_id": self.id}),
+                    handle_ttl=settings.handle_ttl,
+                    reply_ttl=settings.reply_ttl,
+                    tell_sender=False,
+                )
             except NotSent:
                 pass  # attached processes wait for the deadline instead
 
@@ -337,7 +363,9 @@ def _sooner(a: float | None, b: float | None) -> float | None:
     return a if b is None else min(a, b)
 
 
-def _set(future: concurrent.futures.Future[Any], *, value: Any = None, error: BaseException | None = None) -> None:
+def _set(
+    future: concurrent.futures.Future[Any], *, value: Any = None, error: BaseException | None = None
+) -> None:
     try:
         if error is not None:
             future.set_exception(error)
@@ -347,7 +375,11 @@ def _set(future: concurrent.futures.Future[Any], *, value: Any = None, error: Ba
         pass  # set already: the first end wins
 
 
-def _put(loop: asyncio.AbstractEventLoop, events: asyncio.Queue[ProgressEvent | None], item: ProgressEvent | None) -> None:
+def _put(
+    loop: asyncio.AbstractEventLoop,
+    events: asyncio.Queue[ProgressEvent | None],
+    item: ProgressEvent | None,
+) -> None:
     try:
         loop.call_soon_threadsafe(events.put_nowait, item)
     except RuntimeError:

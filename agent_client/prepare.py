@@ -132,10 +132,17 @@ def prepare_call(
     )
     if settings.signing_key is not None:  # one HMAC over bytes already built
         headers[SIGNATURE_HEADER] = sign(
-            settings.signing_key.get_secret_value(), task_name, call_id=call_id, tool=spec.name,
-            reply_to=reply_to, deadline=request.deadline, run_id=run_id,
-            idempotency_key=idempotency_key, arguments_json=encoded, headers=headers,
-        )  # fmt: skip
+            settings.signing_key.get_secret_value(),
+            task_name,
+            call_id=call_id,
+            tool=spec.name,
+            reply_to=reply_to,
+            deadline=request.deadline,
+            run_id=run_id,
+            idempotency_key=idempotency_key,
+            arguments_json=encoded,
+            headers=headers,
+        )
     envelope = redis_envelope(request, queue=spec.queue, headers=headers, arguments_json=encoded)
     # 5. How long its keys live: its claim, and its sent marker if pushed as a plain call.
     claim_ttl = None

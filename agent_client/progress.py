@@ -107,7 +107,8 @@ class ProgressSink:
         return cls(callback, None)
 
     def deliver(self, body: bytes, call_id: str = "") -> None:
-        """Take the body of a progress frame of ``call_id`` (from the reply thread); never raises."""
+        """Take the body of a progress frame of ``call_id`` (from the reply thread);
+        never raises."""
         if self._closed:
             return
         try:
@@ -208,13 +209,15 @@ class _CallbackThread:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self._queue: queue.SimpleQueue[tuple[ProgressSink, ProgressEvent | threading.Event | Callable[[], None]]] = (
-            queue.SimpleQueue()
-        )
+        self._queue: queue.SimpleQueue[
+            tuple[ProgressSink, ProgressEvent | threading.Event | Callable[[], None]]
+        ] = queue.SimpleQueue()
         thread = threading.Thread(target=self._run, name="toolexec-progress-callbacks", daemon=True)
         thread.start()
 
-    def put(self, sink: ProgressSink, item: ProgressEvent | threading.Event | Callable[[], None]) -> None:
+    def put(
+        self, sink: ProgressSink, item: ProgressEvent | threading.Event | Callable[[], None]
+    ) -> None:
         self._queue.put((sink, item))
 
     def _run(self) -> None:

@@ -70,7 +70,9 @@ class RemoteTool:
     name = property(lambda self: self.spec.name, doc="The tool's name.")
     description = property(lambda self: self.spec.description, doc="What the tool does.")
     parameters = property(lambda self: self.spec.parameters, doc="JSON Schema of the arguments.")
-    idempotent = property(lambda self: self.spec.idempotent, doc="Repeats within a run share one execution.")
+    idempotent = property(
+        lambda self: self.spec.idempotent, doc="Repeats within a run share one execution."
+    )
 
     @property
     def on_abandon(self) -> OnAbandon:
@@ -103,7 +105,9 @@ class RemoteTool:
         """The default given to this proxy (``remote_tools(default_timeout=)``), or NOT_SET."""
         return self._default_timeout
 
-    def effective_timeout(self, call: Timeout = NOT_SET, framework: Timeout = NOT_SET) -> float | None:
+    def effective_timeout(
+        self, call: Timeout = NOT_SET, framework: Timeout = NOT_SET
+    ) -> float | None:
         """Resolve the deadline; the first level set wins.
 
         The levels, highest first: this call; this proxy (``remote_tool(timeout=)``);
@@ -251,7 +255,9 @@ class RemoteTool:
         arguments, options = self._request(
             arguments, timeout, framework_timeout, run_id, idempotency_key, started, on_abandon
         )
-        return await submit_async(self.client, arguments=arguments, on_progress=on_progress, **options)
+        return await submit_async(
+            self.client, arguments=arguments, on_progress=on_progress, **options
+        )
 
     def _request(
         self,
@@ -268,7 +274,9 @@ class RemoteTool:
         the client's options (the deadline resolved, a run, a key, whether to cancel
         the call once abandoned)."""
         on_abandon = check_on_abandon(on_abandon, self.name) or self._on_abandon
-        arguments = parse_arguments(self.name, arguments) if isinstance(arguments, str) else arguments
+        arguments = (
+            parse_arguments(self.name, arguments) if isinstance(arguments, str) else arguments
+        )
         if idempotency_key is not None and not self.spec.idempotent:
             raise ValueError(f"tool {self.name!r} is not idempotent; it takes no idempotency_key")
         limit = self.effective_timeout(timeout, framework_timeout)
@@ -276,9 +284,13 @@ class RemoteTool:
         if limit is not None and left is not None and left <= 0:
             raise ToolTimeoutError(self.name, limit)  # it passed before the call could be sent
         options = {
-            "spec": self.spec, "timeout": limit, "started": started, "run_id": run_id,
-            "idempotency_key": idempotency_key, "on_abandon": on_abandon,
-        }  # fmt: skip
+            "spec": self.spec,
+            "timeout": limit,
+            "started": started,
+            "run_id": run_id,
+            "idempotency_key": idempotency_key,
+            "on_abandon": on_abandon,
+        }
         return arguments, options
 
     async def run(self, **arguments: Any) -> Any:
@@ -290,7 +302,8 @@ class RemoteTool:
         return self.invoke_sync(arguments)
 
     def stream(self, **arguments: Any) -> AsyncIterator[ProgressEvent | ToolResult]:
-        """Run the tool; yield its progress, then its result: ``async for event in tool.stream(...)``.
+        """Run the tool; yield its progress, then its result:
+        ``async for event in tool.stream(...)``.
 
         Yields each :class:`~agent_client.progress.ProgressEvent` the tool reports, then
         one :class:`~agent_client.progress.ToolResult`. A failed call raises its
@@ -309,7 +322,11 @@ class RemoteTool:
         """The tool in OpenAI's function-calling format."""
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
         }
 
     def to_anthropic_schema(self) -> dict[str, Any]:
@@ -350,9 +367,14 @@ class RemoteTool:
 
 
 def remote_tool(
-    name: str, *, timeout: Timeout = NOT_SET, client: ToolClient | None = None, wait: float | None = None,
-    requires_approval: bool | None = None, on_abandon: OnAbandon | None = None,
-) -> RemoteTool:  # fmt: skip
+    name: str,
+    *,
+    timeout: Timeout = NOT_SET,
+    client: ToolClient | None = None,
+    wait: float | None = None,
+    requires_approval: bool | None = None,
+    on_abandon: OnAbandon | None = None,
+) -> RemoteTool:
     """A proxy for the tool ``name``, read from the catalog.
 
     Calls through the proxy go on working while no worker serves the tool for a while
@@ -375,15 +397,18 @@ def remote_tool(
             lists what exists.
         BrokerUnavailable: Redis cannot be reached.
     """
-    if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0):
+    if wait is not None and (
+        isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0
+    ):
         raise ValueError(f"wait must be a number of seconds >= 0 or None; got {wait!r}")
     approval = check_approval(requires_approval, name)
     abandon = check_on_abandon(on_abandon, name)
     client = client or get_client()
     spec = client.catalog.spec(name, wait=wait)
-    return RemoteTool(spec, timeout=timeout, client=client, requires_approval=approval, on_abandon=abandon)
+    return RemoteTool(
+        spec, timeout=timeout, client=client, requires_approval=approval, on_abandon=abandon
+    )
 
 
 def _unset_if_none(value: float | None) -> Timeout:
     return NOT_SET if value is None else value
-

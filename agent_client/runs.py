@@ -51,8 +51,12 @@ def check_key(value: object, *, what: str) -> str | None:
     ``ValueError`` naming ``what``."""
     if value is None or (isinstance(value, str) and 0 < len(value) <= MAX_KEY_LENGTH):
         return value
-    shown = f"a string of {len(value)} characters" if isinstance(value, str) and value else repr(value)
-    raise ValueError(f"{what} must be a non-empty string of at most {MAX_KEY_LENGTH} characters, got {shown}")
+    shown = (
+        f"a string of {len(value)} characters" if isinstance(value, str) and value else repr(value)
+    )
+    raise ValueError(
+        f"{what} must be a non-empty string of at most {MAX_KEY_LENGTH} characters, got {shown}"
+    )
 
 
 def current_run_id() -> str | None:
@@ -88,7 +92,10 @@ class run_scope:
         return self.__enter__()
 
     async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.__exit__()
 
@@ -142,12 +149,16 @@ def _canonical(schema: dict[str, Any], value: Any, defs: dict[str, Any]) -> Any:
     return value
 
 
-def idempotency_key(run_id: str, tool: str, schema: dict[str, Any], arguments: dict[str, Any]) -> str:
+def idempotency_key(
+    run_id: str, tool: str, schema: dict[str, Any], arguments: dict[str, Any]
+) -> str:
     """The key of a call: SHA-256 over run id, tool and canonical arguments."""
     canonical = json.dumps(
         [run_id, tool, canonical_arguments(schema, arguments)],
-        sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-    )  # fmt: skip
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 

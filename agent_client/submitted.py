@@ -32,10 +32,17 @@ SUBMIT_PATIENCE = 30.0
 
 
 def submit(
-    client: ToolClient, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None,
-    started: float | None = None, run_id: str | None = None, idempotency_key: str | None = None,
-    on_progress: ProgressCallback | None = None, on_abandon: OnAbandon | None = None,
-) -> CallHandle:  # fmt: skip
+    client: ToolClient,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    *,
+    timeout: float | None,
+    started: float | None = None,
+    run_id: str | None = None,
+    idempotency_key: str | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_abandon: OnAbandon | None = None,
+) -> CallHandle:
     """Send a call with a record; return its handle once both are durably queued
     (``RemoteTool.submit``).
 
@@ -46,9 +53,16 @@ def submit(
         ToolTimeoutError: Redis answered, but the deadline was shorter than the way there.
     """
     handle, queued, patience = _send(
-        client, spec, arguments, timeout=timeout, started=started, run_id=run_id,
-        idempotency_key=idempotency_key, on_progress=on_progress, on_abandon=on_abandon,
-    )  # fmt: skip
+        client,
+        spec,
+        arguments,
+        timeout=timeout,
+        started=started,
+        run_id=run_id,
+        idempotency_key=idempotency_key,
+        on_progress=on_progress,
+        on_abandon=on_abandon,
+    )
     try:
         queued.result(patience)
     except concurrent.futures.TimeoutError:
@@ -59,15 +73,29 @@ def submit(
 
 
 async def submit_async(
-    client: ToolClient, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None,
-    started: float | None = None, run_id: str | None = None, idempotency_key: str | None = None,
-    on_progress: ProgressCallback | None = None, on_abandon: OnAbandon | None = None,
-) -> CallHandle:  # fmt: skip
+    client: ToolClient,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    *,
+    timeout: float | None,
+    started: float | None = None,
+    run_id: str | None = None,
+    idempotency_key: str | None = None,
+    on_progress: ProgressCallback | None = None,
+    on_abandon: OnAbandon | None = None,
+) -> CallHandle:
     """:func:`submit` that awaits the confirmation without blocking the event loop."""
     handle, queued, patience = _send(
-        client, spec, arguments, timeout=timeout, started=started, run_id=run_id,
-        idempotency_key=idempotency_key, on_progress=on_progress, on_abandon=on_abandon,
-    )  # fmt: skip
+        client,
+        spec,
+        arguments,
+        timeout=timeout,
+        started=started,
+        run_id=run_id,
+        idempotency_key=idempotency_key,
+        on_progress=on_progress,
+        on_abandon=on_abandon,
+    )
     # Shielded: the confirmation's future is the I/O thread's, and a wait that ends must
     # not cancel it.
     done, _ = await asyncio.wait({asyncio.shield(asyncio.wrap_future(queued))}, timeout=patience)
@@ -90,16 +118,26 @@ def _not_queued(client: ToolClient, handle: CallHandle, patience: float) -> Remo
     client.replies.forget(handle.id)
     held(client).pop(handle.id, None)
     return deadline_error(
-        handle.tool, ToolTimeoutError(handle.tool, patience), sent,
-        stalled=client.publisher.stalled(longer_than=SEND_STALL), call_id=handle.id,
-    )  # fmt: skip
+        handle.tool,
+        ToolTimeoutError(handle.tool, patience),
+        sent,
+        stalled=client.publisher.stalled(longer_than=SEND_STALL),
+        call_id=handle.id,
+    )
 
 
 def _send(
-    client: ToolClient, spec: ToolSpec, arguments: dict[str, Any], *, timeout: float | None,
-    started: float | None, run_id: str | None, idempotency_key: str | None,
-    on_progress: ProgressCallback | None, on_abandon: OnAbandon | None,
-) -> tuple[CallHandle, concurrent.futures.Future[None], float]:  # fmt: skip
+    client: ToolClient,
+    spec: ToolSpec,
+    arguments: dict[str, Any],
+    *,
+    timeout: float | None,
+    started: float | None,
+    run_id: str | None,
+    idempotency_key: str | None,
+    on_progress: ProgressCallback | None,
+    on_abandon: OnAbandon | None,
+) -> tuple[CallHandle, concurrent.futures.Future[None], float]:
     """Hand a call with a record to the I/O thread: its handle, the future its first
     confirmation resolves, and how long to wait for it."""
     from agent_client.client import _joined_an_expired_call
@@ -107,26 +145,44 @@ def _send(
 
     left = time_left(timeout, started)
     call = client.prepare(
-        spec, arguments, timeout=left, run_id=run_id, idempotency_key=idempotency_key, handle=True,
+        spec,
+        arguments,
+        timeout=left,
+        run_id=run_id,
+        idempotency_key=idempotency_key,
+        handle=True,
         on_abandon=on_abandon,
-    )  # fmt: skip
+    )
     handle = CallHandle(
-        client, call_id=call.call_id, tool=spec.name, queue=call.spec.queue, envelope=call.envelope,
-        deadline=call.request.deadline, timeout=timeout, spec=call.spec,
-    )  # fmt: skip
+        client,
+        call_id=call.call_id,
+        tool=spec.name,
+        queue=call.spec.queue,
+        envelope=call.envelope,
+        deadline=call.request.deadline,
+        timeout=timeout,
+        spec=call.spec,
+    )
     handle._on_progress = on_progress
     sink = ProgressSink(handle._progress, None)
     handle._sink = sink
     record = {
-        "tool": call.spec.name, "queue": call.spec.queue, "envelope": call.envelope, "status": "queued",
+        "tool": call.spec.name,
+        "queue": call.spec.queue,
+        "envelope": call.envelope,
+        "status": "queued",
         "deadline": "" if call.request.deadline is None else repr(call.request.deadline),
-        "sender": waiter_entry(client.client_id, call.call_id), "run_id": call.request.run_id or "",
-        "timeout": "" if timeout is None else repr(timeout), "submitted_at": f"{time.time():.3f}",
-    }  # fmt: skip
+        "sender": waiter_entry(client.client_id, call.call_id),
+        "run_id": call.request.run_id or "",
+        "timeout": "" if timeout is None else repr(timeout),
+        "submitted_at": f"{time.time():.3f}",
+    }
 
     def attempt(prepared: PreparedCall, record: dict[str, str] | None) -> None:
         left_now = handle._left()
-        future, state = client._send(prepared, timeout=left_now, batcher=None, progress=sink, record=record)
+        future, state = client._send(
+            prepared, timeout=left_now, batcher=None, progress=sink, record=record
+        )
         with handle._lock:
             handle._call, handle._state = prepared, state
 
@@ -137,9 +193,13 @@ def _send(
             if _joined_an_expired_call(prepared, outcome) and not handle._deadline_passed():
                 # It joined a call that expired unrun: nothing ran, claim it again.
                 again = client.prepare(
-                    spec, arguments, timeout=handle._left(), run_id=call.request.run_id,
-                    idempotency_key=idempotency_key, on_abandon=on_abandon,
-                )  # fmt: skip
+                    spec,
+                    arguments,
+                    timeout=handle._left(),
+                    run_id=call.request.run_id,
+                    idempotency_key=idempotency_key,
+                    on_abandon=on_abandon,
+                )
                 attempt(again, None)
                 return
             handle._ended(outcome)
@@ -182,9 +242,14 @@ def attach(call_id: str, *, client: ToolClient | None = None) -> CallHandle:
     deadline = float(record["deadline"]) if record.get("deadline") else None
     timeout = float(record["timeout"]) if record.get("timeout") else None
     handle = CallHandle(
-        client, call_id=call_id, tool=record.get("tool", ""), queue=record.get("queue", ""),
-        envelope=record.get("envelope", ""), deadline=deadline, timeout=timeout,
-    )  # fmt: skip
+        client,
+        call_id=call_id,
+        tool=record.get("tool", ""),
+        queue=record.get("queue", ""),
+        envelope=record.get("envelope", ""),
+        deadline=deadline,
+        timeout=timeout,
+    )
     held(client)[call_id] = handle
     if state == "ended":
         client.replies.forget(call_id)
@@ -198,6 +263,7 @@ def attach(call_id: str, *, client: ToolClient | None = None) -> CallHandle:
     future.add_done_callback(arrived)  # type: ignore[arg-type]
     left = handle._left()
     if left is not None:
+
         def expire() -> None:
             client.replies.forget(call_id)
             handle._expire()
@@ -211,7 +277,9 @@ async def join_record(client: ToolClient, call_id: str) -> tuple[dict[str, str],
     store = client.io.link(settings.redis_url, "read")
     try:
         record = await cancels.read_record(store, call_id)
-        joined = await cancels.join(store, call_id=call_id, client_id=client.client_id, ttl_ms=settings.handle_ttl * 1000)
+        joined = await cancels.join(
+            store, call_id=call_id, client_id=client.client_id, ttl_ms=settings.handle_ttl * 1000
+        )
     except NotSent as exc:
         raise BrokerUnavailable(f"cannot attach to call {call_id}: {exc}", tool="") from None
     return record, joined

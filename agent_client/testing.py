@@ -36,7 +36,9 @@ from typing import Any, TypeAlias, cast
 
 from agent_client.frameworks import require
 
-require("lazybridge", extra="lazybridge", framework="agent_client.testing (scripted LazyBridge agents)")
+require(
+    "lazybridge", extra="lazybridge", framework="agent_client.testing (scripted LazyBridge agents)"
+)
 
 from lazybridge import Agent, BaseProvider, LLMEngine
 from lazybridge.core.types import (

@@ -61,10 +61,14 @@ class RemoteToolset:
 
 
 def remote_tools(
-    *, default_timeout: Timeout = NOT_SET, queues: Iterable[str] | None = None, client: ToolClient | None = None,
-    wait: float | None = None, requires_approval: bool | Mapping[str, bool] | None = None,
+    *,
+    default_timeout: Timeout = NOT_SET,
+    queues: Iterable[str] | None = None,
+    client: ToolClient | None = None,
+    wait: float | None = None,
+    requires_approval: bool | Mapping[str, bool] | None = None,
     on_abandon: OnAbandon | Mapping[str, OnAbandon] | None = None,
-) -> RemoteToolset:  # fmt: skip
+) -> RemoteToolset:
     """Proxies for every tool a live worker serves.
 
     Args:
@@ -89,17 +93,25 @@ def remote_tools(
             ``on_abandon`` names a tool not in the set.
         TypeError: A ``requires_approval`` value that is not True, False or None.
     """
-    if wait is not None and (isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0):
+    if wait is not None and (
+        isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0
+    ):
         raise ValueError(f"wait must be a number of seconds >= 0 or None; got {wait!r}")
     client = client or get_client()
     wanted = None if queues is None else frozenset(queues)
     specs = client.catalog.specs(wanted, wait=wait)
     names = [s.name for s in specs]
-    approvals, abandons = approval_overrides(requires_approval, names), on_abandon_overrides(on_abandon, names)
+    approvals, abandons = (
+        approval_overrides(requires_approval, names),
+        on_abandon_overrides(on_abandon, names),
+    )
     return RemoteToolset(
         RemoteTool(
-            s, default_timeout=default_timeout, client=client, requires_approval=approvals.get(s.name),
+            s,
+            default_timeout=default_timeout,
+            client=client,
+            requires_approval=approvals.get(s.name),
             on_abandon=abandons.get(s.name),
         )
         for s in specs
-    )  # fmt: skip
+    )

@@ -39,14 +39,22 @@ def parse_arguments(tool: str, text: str | bytes | bytearray) -> dict[str, Any]:
         try:
             text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise ToolArgumentsInvalid(tool, [f"arguments are not UTF-8 text ({exc.reason} at byte {exc.start})"]) from None
+            raise ToolArgumentsInvalid(
+                tool, [f"arguments are not UTF-8 text ({exc.reason} at byte {exc.start})"]
+            ) from None
     if not text.strip():
         return {}
     constants: list[_Constant] = []
     try:
-        parsed = json.loads(text, parse_constant=functools.partial(_constant, constants), object_pairs_hook=_unique_keys)
+        parsed = json.loads(
+            text,
+            parse_constant=functools.partial(_constant, constants),
+            object_pairs_hook=_unique_keys,
+        )
     except json.JSONDecodeError as exc:
-        raise ToolArgumentsInvalid(tool, [f"arguments are not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"]) from None
+        raise ToolArgumentsInvalid(
+            tool, [f"arguments are not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"]
+        ) from None
     except _Refused as exc:
         raise ToolArgumentsInvalid(tool, [str(exc)]) from None
     except RecursionError:
@@ -55,7 +63,9 @@ def parse_arguments(tool: str, text: str | bytes | bytearray) -> dict[str, Any]:
         where = _path_of(parsed, lambda value: isinstance(value, _Constant))
         raise ToolArgumentsInvalid(tool, [f"{where}: {constants[0]} is not a JSON number"])
     if not isinstance(parsed, dict):
-        raise ToolArgumentsInvalid(tool, [f"arguments must be a JSON object, got {type(parsed).__name__}"])
+        raise ToolArgumentsInvalid(
+            tool, [f"arguments must be a JSON object, got {type(parsed).__name__}"]
+        )
     return parsed
 
 
@@ -73,7 +83,8 @@ def _constant(found: list[_Constant], constant: str) -> _Constant:
 
 
 def _path_of(value: Any, wanted: Callable[[Any], bool]) -> str:
-    """The dotted path of the first item of ``value`` that is ``wanted`` (walked without recursion)."""
+    """The dotted path of the first item of ``value`` that is ``wanted`` (walked without
+    recursion)."""
     stack: list[tuple[Any, tuple[Any, ...]]] = [(value, ())]
     seen: set[int] = set()
     while stack:
@@ -95,7 +106,9 @@ def _depth(value: Any) -> int:
         deepest = max(deepest, depth)
         if isinstance(item, dict | list | tuple) and id(item) not in seen:
             seen.add(id(item))
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+            stack.extend(
+                (child, depth + 1) for child in (item.values() if isinstance(item, dict) else item)
+            )
     return deepest
 
 
@@ -150,10 +163,14 @@ class ArgumentValidator:
             here, where its size is checked).
         """
         if not isinstance(arguments, dict):
-            raise ToolArgumentsInvalid(self._tool, [f"arguments must be an object, got {type(arguments).__name__}"])
+            raise ToolArgumentsInvalid(
+                self._tool, [f"arguments must be an object, got {type(arguments).__name__}"]
+            )
         if not self._passes_fast(arguments):
             try:
-                errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path))
+                errors = sorted(
+                    self._validator.iter_errors(arguments), key=lambda e: list(e.absolute_path)
+                )
             except RecursionError:
                 raise ToolArgumentsInvalid(self._tool, [_too_deep(arguments)]) from None
             if errors:
@@ -161,13 +178,20 @@ class ArgumentValidator:
         try:
             encoded = encode_arguments(arguments)
         except ArgumentsNotJSON as exc:
-            raise ToolArgumentsInvalid(self._tool, [_printable(_not_json(arguments, exc))]) from None
+            raise ToolArgumentsInvalid(
+                self._tool, [_printable(_not_json(arguments, exc))]
+            ) from None
         except RecursionError:
             raise ToolArgumentsInvalid(self._tool, [_too_deep(arguments)]) from None
         if len(encoded) > self._max_bytes:
             raise ToolArgumentsInvalid(
                 self._tool,
-                [f"arguments are {len(encoded)} bytes of JSON; the limit is {self._max_bytes} (TOOLEXEC_MAX_ARGUMENT_BYTES)"],
+                [
+                    (
+                        f"arguments are {len(encoded)} bytes of JSON; the limit is "
+                        f"{self._max_bytes} (TOOLEXEC_MAX_ARGUMENT_BYTES)"
+                    )
+                ],
             )
         if too_deep(encoded, around=1):  # the arguments' own object is not counted
             raise ToolArgumentsInvalid(self._tool, [_too_deep(arguments)])
@@ -201,6 +225,7 @@ def _kombu_marker(value: Any, path: tuple[Any, ...]) -> tuple[Any, ...] | None:
         if found is not None:
             return found
     return None
+
 
 #: A problem's text is cut to this many characters, and at most this many are listed:
 #: jsonschema quotes the offending value, which may be a megabyte string.

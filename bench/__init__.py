@@ -1,9 +1,9 @@
 """toolexec's benchmark suite: ``python -m bench`` (``--smoke`` for CI, ``--help``).
 
 It measures toolexec side by side with plain Celery, a hand-written Redis RPC,
-LazyBridge's in-process timeout and its peers (Dramatiq, arq, taskiq), in one run, on one private Redis server and the same
-worker pool, and prints one table per scenario with the issue's goals marked PASS or
-MISS. Modules:
+LazyBridge's in-process timeout and its peers (Dramatiq, arq, taskiq), in one run, on
+one private Redis server and the same worker pool, and prints one table per scenario
+with the issue's goals marked PASS or MISS. Modules:
 
 - ``cli``: the command line and the run order;
 - ``harness``: the private server, the workers of every side, the clients;

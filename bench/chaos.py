@@ -68,9 +68,16 @@ _REPLY_FORGOTTEN_NOTICED = _INTERVAL * 3 + 0.5
 _LATE = 0.5
 _POOLS: dict[str, int] = {"prefork": 2, "threads": 4, "asyncio": 20}
 _FAULTS = (
-    "worker SIGKILL", "worker SIGTERM", "worker SIGQUIT", "redis pause", "redis restart", "redis full",
-    "connections dropped", "caller SIGKILL", "poison",
-)  # fmt: skip
+    "worker SIGKILL",
+    "worker SIGTERM",
+    "worker SIGQUIT",
+    "redis pause",
+    "redis restart",
+    "redis full",
+    "connections dropped",
+    "caller SIGKILL",
+    "poison",
+)
 
 
 @dataclass
@@ -108,8 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     faults = sum(len(r.faults) for r in results)
     rate = 10_000 * violations / calls if calls else 0.0
     print(
-        f"\nchaos: {len(results)} seeds, {args.seconds:g} s of faults each, {faults} faults, {calls} calls, "
-        f"{violations} violations ({rate:.2f} per 10,000 calls)",
+        f"\nchaos: {len(results)} seeds, {args.seconds:g} s of faults each, {faults} faults, "
+        f"{calls} calls, {violations} violations ({rate:.2f} per 10,000 calls)",
         flush=True,
     )
     failing = [r.seed for r in results if r.violations]
@@ -117,7 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("failing seeds (replay each with the command):", flush=True)
         for seed in failing:
             skips = "".join(f" --skip {shlex.quote(f)}" for f in args.skip)
-            print(f"  python -m bench chaos --first-seed {seed} --seeds 1 --seconds {args.seconds:g}{skips}", flush=True)
+            print(
+                f"  python -m bench chaos --first-seed {seed} --seeds 1 --seconds "
+                f"{args.seconds:g}{skips}",
+                flush=True,
+            )
     return 1 if failing else 0
 
 
@@ -145,18 +156,27 @@ def _run(seed: int, args: argparse.Namespace, workdir: Path) -> _Seed:
     faults = [f for f in _FAULTS if f not in args.skip]
     server = RedisServer(directory=workdir / "redis").start()
     env = {
-        "TOOLEXEC_BROKER_URL": server.url, "TOOLEXEC_REDIS_URL": server.url,
-        "TOOLEXEC_TOOL_MODULES": "bench.chaos_tools", "TOOLEXEC_DATA_DIR": str(workdir / "data"),
-        "TOOLEXEC_HEARTBEAT_INTERVAL": f"{_INTERVAL:g}", "TOOLEXEC_REPLY_TTL": "30", "TOOLEXEC_OUTCOME_TTL": "60",
+        "TOOLEXEC_BROKER_URL": server.url,
+        "TOOLEXEC_REDIS_URL": server.url,
+        "TOOLEXEC_TOOL_MODULES": "bench.chaos_tools",
+        "TOOLEXEC_DATA_DIR": str(workdir / "data"),
+        "TOOLEXEC_HEARTBEAT_INTERVAL": f"{_INTERVAL:g}",
+        "TOOLEXEC_REPLY_TTL": "30",
+        "TOOLEXEC_OUTCOME_TTL": "60",
         "TOOLEXEC_CLAIM_MARGIN": "2",
-    }  # fmt: skip
+    }
     workers = {
         pool: WorkerProcess(
-            name=f"chaos-{pool}-{seed}", pool=pool, concurrency=concurrency, queues=(QUEUE,),  # type: ignore[arg-type]
-            env=env, cwd=PROJECT_ROOT, log_dir=workdir / "logs",
+            name=f"chaos-{pool}-{seed}",
+            pool=pool,  # type: ignore[arg-type]
+            concurrency=concurrency,
+            queues=(QUEUE,),
+            env=env,
+            cwd=PROJECT_ROOT,
+            log_dir=workdir / "logs",
         )
         for pool, concurrency in _POOLS.items()
-    }  # fmt: skip
+    }
     callers: dict[int, tuple[subprocess.Popen[bytes], Path]] = {}
     logs: list[Any] = []  # the callers' stderr files, closed at the end
     deaths: dict[str, float] = {}  # a killed caller's pid -> when it died
@@ -174,10 +194,21 @@ def _run(seed: int, args: argparse.Namespace, workdir: Path) -> _Seed:
             left = max(1.0, ends - time.monotonic())
             logs.append(open(workdir / f"caller-{number}.log", "wb"))  # noqa: SIM115 - closed at the end
             process = subprocess.Popen(
-                [sys.executable, "-m", "bench.chaos_caller", str(out), str(rng.randrange(1 << 30)), f"{left:.1f}",
-                 str(args.in_flight), f"{args.deadline:g}"],
-                env={**os.environ, **env}, cwd=PROJECT_ROOT, stdout=subprocess.DEVNULL, stderr=logs[-1],
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.chaos_caller",
+                    str(out),
+                    str(rng.randrange(1 << 30)),
+                    f"{left:.1f}",
+                    str(args.in_flight),
+                    f"{args.deadline:g}",
+                ],
+                env={**os.environ, **env},
+                cwd=PROJECT_ROOT,
+                stdout=subprocess.DEVNULL,
+                stderr=logs[-1],
+            )
             callers[number] = (process, out)
 
         for number in range(args.callers):
@@ -198,7 +229,9 @@ def _run(seed: int, args: argparse.Namespace, workdir: Path) -> _Seed:
                 process.wait(timeout=args.deadline + 60)
             except subprocess.TimeoutExpired:
                 process.kill()
-                result.violations.append(f"a caller (pid {process.pid}) never finished: calls hung past their deadlines")
+                result.violations.append(
+                    f"a caller (pid {process.pid}) never finished: calls hung past their deadlines"
+                )
         _settle(store)
         result.violations += _keys_without_ttl(store)
     finally:
@@ -215,22 +248,36 @@ def _run(seed: int, args: argparse.Namespace, workdir: Path) -> _Seed:
     sent, ended = _read_callers(sorted(workdir.glob("caller-*.jsonl")))  # the killed callers' too
     effects = _read_effects(effects_path(workdir / "data"))
     result.calls = len(sent)
-    result.outcomes = Counter(e["outcome"] if e["outcome"] in _KNOWN else "other" for e in ended.values())
+    result.outcomes = Counter(
+        e["outcome"] if e["outcome"] in _KNOWN else "other" for e in ended.values()
+    )
     result.violations += _check(sent, ended, effects, result.faults, deaths, args.deadline, started)
     return result
 
 
 _KNOWN = {
-    "result", "ToolTimeoutError", "WorkerLost", "ToolOutcomeUnknown", "BrokerUnavailable", "CallerGone",
-    "ToolExecutionError", "ToolCancelled", "ToolNotFound",
-}  # fmt: skip
+    "result",
+    "ToolTimeoutError",
+    "WorkerLost",
+    "ToolOutcomeUnknown",
+    "BrokerUnavailable",
+    "CallerGone",
+    "ToolExecutionError",
+    "ToolCancelled",
+    "ToolNotFound",
+}
 
 
 def _strike(
-    name: str, rng: random.Random, server: Any, store: redis.Redis, workers: dict[str, Any],
-    callers: dict[int, tuple[subprocess.Popen[bytes], Path]], deaths: dict[str, float],
+    name: str,
+    rng: random.Random,
+    server: Any,
+    store: redis.Redis,
+    workers: dict[str, Any],
+    callers: dict[int, tuple[subprocess.Popen[bytes], Path]],
+    deaths: dict[str, float],
     caller: Callable[[int], None],
-) -> str:  # fmt: skip
+) -> str:
     """Cause the fault ``name``; what it did."""
     if name.startswith("worker "):
         pool = rng.choice(sorted(workers))
@@ -306,7 +353,9 @@ def _keys_without_ttl(store: redis.Redis) -> list[str]:
     return found
 
 
-def _read_callers(paths: Sequence[Path]) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+def _read_callers(
+    paths: Sequence[Path],
+) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
     sent: dict[str, dict[str, Any]] = {}
     ended: dict[str, dict[str, Any]] = {}
     for path in paths:
@@ -333,9 +382,14 @@ def _read_effects(path: Path) -> dict[str, list[tuple[str, float]]]:
 
 
 def _check(
-    sent: dict[str, dict[str, Any]], ended: dict[str, dict[str, Any]], effects: dict[str, list[tuple[str, float]]],
-    faults: list[_Fault], deaths: dict[str, float], deadline: float, began: float,
-) -> list[str]:  # fmt: skip
+    sent: dict[str, dict[str, Any]],
+    ended: dict[str, dict[str, Any]],
+    effects: dict[str, list[tuple[str, float]]],
+    faults: list[_Fault],
+    deaths: dict[str, float],
+    deadline: float,
+    began: float,
+) -> list[str]:
     """Every broken promise of the run, one line each."""
     restarts = [f.at for f in faults if f.name == "redis restart"]
     kills = [f.at for f in faults if f.name in ("worker SIGKILL", "worker SIGQUIT")]
@@ -359,7 +413,9 @@ def _check(
         if died is not None:
             late = [t for t in starts if t > died + _DEAD_CALLER_BOUND]
             if late:
-                found.append(f"started after its caller died: {token} started {max(late) - died:.2f} s after")
+                found.append(
+                    f"started after its caller died: {token} started {max(late) - died:.2f} s after"
+                )
             continue  # nobody hears a dead caller's calls
         end = ended.get(token)
         if end is None:
@@ -368,18 +424,35 @@ def _check(
         outcome, heard = end["outcome"], float(end["at"])
         took = float(end["took"])
         if took > deadline + _LATE:
-            found.append(f"late: {tool} {token} heard {outcome} {took - deadline:.2f} s past its deadline")
+            found.append(
+                f"late: {tool} {token} heard {outcome} {took - deadline:.2f} s past its deadline"
+            )
         if outcome.startswith(("untyped", "wrong result")):
             found.append(f"untyped: {tool} {token}: {outcome}")
         elif outcome == "CallerGone":
             found.append(f"CallerGone to a live caller: {tool} {token} ({end['call_id']})")
         elif outcome == "WorkerLost" and not any(at <= k <= heard for k in kills):
-            found.append(f"WorkerLost with no worker killed while it lived: {tool} {token} ({end['call_id']})")
-        if outcome in ("WorkerLost", "ToolOutcomeUnknown") and tool != "chaos_alo" and any(t > heard for t in starts):
-            found.append(f"started after it was given up: {tool} {token} ({end['call_id']}), told {outcome}")
-        elif outcome == "ToolTimeoutError" and finishes and min(finishes) < at + deadline - 1.0 and not any(
-            # A reply the restart forgot is noticed two steady looks after Redis is back.
-            min(finishes) <= r and at + deadline - r < _REPLY_FORGOTTEN_NOTICED for r in restarts
+            found.append(
+                f"WorkerLost with no worker killed while it lived: {tool} {token} "
+                f"({end['call_id']})"
+            )
+        if (
+            outcome in ("WorkerLost", "ToolOutcomeUnknown")
+            and tool != "chaos_alo"
+            and any(t > heard for t in starts)
+        ):
+            found.append(
+                f"started after it was given up: {tool} {token} ({end['call_id']}), told {outcome}"
+            )
+        elif (
+            outcome == "ToolTimeoutError"
+            and finishes
+            and min(finishes) < at + deadline - 1.0
+            and not any(
+                # A reply the restart forgot is noticed two steady looks after Redis is back.
+                min(finishes) <= r and at + deadline - r < _REPLY_FORGOTTEN_NOTICED
+                for r in restarts
+            )
         ):
             found.append(
                 f"timeout for a call that had ended: {tool} {token} ({end['call_id']}) ended "
@@ -389,17 +462,27 @@ def _check(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench chaos", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench chaos", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--seeds", type=int, default=20, help="how many seeds to run")
     parser.add_argument("--first-seed", type=int, default=1, help="the first seed")
-    parser.add_argument("--seconds", type=float, default=30.0, help="seconds of load and faults per seed")
+    parser.add_argument(
+        "--seconds", type=float, default=30.0, help="seconds of load and faults per seed"
+    )
     parser.add_argument("--callers", type=int, default=2, help="caller processes at once")
     parser.add_argument("--in-flight", type=int, default=20, help="calls in flight per caller")
     parser.add_argument("--deadline", type=float, default=8.0, help="each call's deadline (s)")
     parser.add_argument("--show", type=int, default=20, help="violations printed per seed at most")
     parser.add_argument(
-        "--skip", action="append", default=[], choices=_FAULTS, metavar="FAULT",
+        "--skip",
+        action="append",
+        default=[],
+        choices=_FAULTS,
+        metavar="FAULT",
         help=f"leave this fault out of the schedule (repeatable); the faults: {', '.join(_FAULTS)}",
-    )  # fmt: skip
-    parser.add_argument("--keep", type=Path, metavar="DIR", help="work in DIR and keep it (logs, outcomes)")
+    )
+    parser.add_argument(
+        "--keep", type=Path, metavar="DIR", help="work in DIR and keep it (logs, outcomes)"
+    )
     return parser

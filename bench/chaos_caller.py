@@ -23,14 +23,22 @@ from bench.chaos_tools import TOOLS
 
 
 def main(argv: list[str]) -> int:
-    out, seed, seconds, in_flight, deadline = argv[0], int(argv[1]), float(argv[2]), int(argv[3]), float(argv[4])
+    out, seed, seconds, in_flight, deadline = (
+        argv[0],
+        int(argv[1]),
+        float(argv[2]),
+        int(argv[3]),
+        float(argv[4]),
+    )
     configure()
     with open(out, "a", buffering=1) as log:
         asyncio.run(_calls(log, random.Random(seed), seconds, in_flight, deadline))
     return 0
 
 
-async def _calls(log: TextIO, rng: random.Random, seconds: float, in_flight: int, deadline: float) -> None:
+async def _calls(
+    log: TextIO, rng: random.Random, seconds: float, in_flight: int, deadline: float
+) -> None:
     proxies = {name: remote_tool(name, wait=30) for name in TOOLS}
     ends = time.monotonic() + seconds
     gate = asyncio.Semaphore(in_flight)
@@ -51,7 +59,9 @@ async def _calls(log: TextIO, rng: random.Random, seconds: float, in_flight: int
         await asyncio.gather(*pending)
 
 
-async def _one(log: TextIO, proxy: Any, token: str, work: float, deadline: float, gate: asyncio.Semaphore) -> None:
+async def _one(
+    log: TextIO, proxy: Any, token: str, work: float, deadline: float, gate: asyncio.Semaphore
+) -> None:
     started = time.monotonic()
     outcome, call_id = "result", None
     try:
@@ -65,8 +75,16 @@ async def _one(log: TextIO, proxy: Any, token: str, work: float, deadline: float
         outcome = f"untyped {type(exc).__name__}: {exc}"
     finally:
         gate.release()
-    _write(log, {"ended": token, "outcome": outcome, "at": time.time(), "took": time.monotonic() - started,
-                 "call_id": call_id})  # fmt: skip
+    _write(
+        log,
+        {
+            "ended": token,
+            "outcome": outcome,
+            "at": time.time(),
+            "took": time.monotonic() - started,
+            "call_id": call_id,
+        },
+    )
 
 
 def _write(log: TextIO, event: dict[str, Any]) -> None:

@@ -79,8 +79,11 @@ SCALE_QUEUES = (1, 2, 4)
 #: The workers of the task-events scenario (12): each pool with task events on and off
 #: (``TOOLEXEC_TASK_EVENTS`` ``on`` and ``auto``); each has its own queue and no-op.
 EVENTS_WORKERS: tuple[tuple[Literal["prefork", "asyncio"], Literal["on", "auto"]], ...] = (
-    ("prefork", "on"), ("prefork", "auto"), ("asyncio", "on"), ("asyncio", "auto"),
-)  # fmt: skip
+    ("prefork", "on"),
+    ("prefork", "auto"),
+    ("asyncio", "on"),
+    ("asyncio", "auto"),
+)
 
 
 def rpc_reply(client_id: str) -> str:
@@ -94,7 +97,8 @@ def scale_queue(processes: int) -> str:
 
 
 def events_queue(pool: str, events: str) -> str:
-    """Queue of the task-events scenario's worker on ``pool`` with ``TOOLEXEC_TASK_EVENTS=events``."""
+    """Queue of the task-events scenario's worker on ``pool`` with
+    ``TOOLEXEC_TASK_EVENTS=events``."""
     return f"bench_events_{pool}_{events}"
 
 

@@ -26,7 +26,8 @@ SHED_MARK = "bench.shed_mark"
 
 
 def create_app(settings: Settings, queue: str = names.RAW_QUEUE) -> Celery:
-    """A plain Celery app on ``settings``' broker with a Redis result backend, sending to ``queue``."""
+    """A plain Celery app on ``settings``' broker with a Redis result backend, sending
+    to ``queue``."""
     app = Celery("bench_raw", set_as_current=False)
     app.conf.update(
         broker_url=settings.broker_url,

@@ -59,9 +59,17 @@ def measure(size: int, *, calls: int, repeats: int) -> dict[str, float]:
 
     def prepare(settings: Settings) -> PreparedCall:
         return prepare_call(
-            SPEC, arguments, validator=validator, settings=settings, call_id="client-1", reply_to="client",
-            timeout=30.0, run_id=None, idempotency_key=None, origin="bench",
-        )  # fmt: skip
+            SPEC,
+            arguments,
+            validator=validator,
+            settings=settings,
+            call_id="client-1",
+            reply_to="client",
+            timeout=30.0,
+            run_id=None,
+            idempotency_key=None,
+            origin="bench",
+        )
 
     call = prepare(keyed)
     envelope = json.loads(call.envelope)
@@ -75,10 +83,17 @@ def measure(size: int, *, calls: int, repeats: int) -> dict[str, float]:
 
     def signing() -> str:
         return sign(
-            KEY, task, call_id=request.call_id, tool=request.tool, reply_to=request.reply_to,
-            deadline=request.deadline, run_id=None, idempotency_key=None, arguments_json=encoded,
+            KEY,
+            task,
+            call_id=request.call_id,
+            tool=request.tool,
+            reply_to=request.reply_to,
+            deadline=request.deadline,
+            run_id=None,
+            idempotency_key=None,
+            arguments_json=encoded,
             headers=headers,
-        )  # fmt: skip
+        )
 
     unsigned = _per_call_us(lambda: prepare(plain), calls, repeats)
     signed = _per_call_us(lambda: prepare(keyed), calls, repeats)
@@ -87,25 +102,42 @@ def measure(size: int, *, calls: int, repeats: int) -> dict[str, float]:
         "prepare_signed": signed,
         "prepare_difference": signed - unsigned,
         "sign": _per_call_us(signing, calls, repeats),
-        "verify": _per_call_us(lambda: verify(KEY, signature, task, fields, headers=headers), calls, repeats),
+        "verify": _per_call_us(
+            lambda: verify(KEY, signature, task, fields, headers=headers), calls, repeats
+        ),
     }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the table; ``--json`` prints the figures as JSON instead."""
-    parser = argparse.ArgumentParser(prog="python -m bench.signing", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.signing", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("--calls", type=int, default=2000, help="calls per run (default 2000)")
-    parser.add_argument("--repeats", type=int, default=5, help="runs; the median is shown (default 5)")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="runs; the median is shown (default 5)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     args = parser.parse_args(argv)
-    results = {label: measure(size, calls=args.calls, repeats=args.repeats) for label, size in SIZES.items()}
+    results = {
+        label: measure(size, calls=args.calls, repeats=args.repeats)
+        for label, size in SIZES.items()
+    }
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
     load = ", ".join(f"{value:.1f}" for value in os.getloadavg())
-    print(f"message signing, microseconds per call (median of {args.repeats} runs of {args.calls} calls)")
-    print(f"machine: {os.cpu_count()} CPUs, load average {load} (other work inflates these figures)")
-    print(f"{'arguments':<14}{'prepare':>10}{'+ signed':>10}{'= extra':>10}{'sign':>10}{'verify':>10}{'sign+verify':>13}")
+    print(
+        f"message signing, microseconds per call (median of {args.repeats} runs of {args.calls} "
+        "calls)"
+    )
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {load} (other work inflates these figures)"
+    )
+    print(
+        f"{'arguments':<14}{'prepare':>10}{'+ signed':>10}{'= extra':>10}"
+        f"{'sign':>10}{'verify':>10}{'sign+verify':>13}"
+    )
     for label, r in results.items():
         print(
             f"{label:<14}{r['prepare_unsigned']:>10.1f}{r['prepare_signed']:>10.1f}{r['prepare_difference']:>10.1f}"

@@ -74,9 +74,11 @@ _GRACE = 30.0
 #: The workers' and client's TTL settings: the soak's own, and --short-ttls' (seconds).
 _TTLS = {"TOOLEXEC_REPLY_TTL": "30", "TOOLEXEC_OUTCOME_TTL": "60"}
 _SHORT_TTLS = {
-    "TOOLEXEC_REPLY_TTL": "5", "TOOLEXEC_OUTCOME_TTL": "5", "TOOLEXEC_CLAIM_MARGIN": "1",
+    "TOOLEXEC_REPLY_TTL": "5",
+    "TOOLEXEC_OUTCOME_TTL": "5",
+    "TOOLEXEC_CLAIM_MARGIN": "1",
     "TOOLEXEC_HEARTBEAT_INTERVAL": "1",
-}  # fmt: skip
+}
 
 
 @tool(idempotent=True, name=_BOOK)
@@ -93,7 +95,8 @@ def soak_book_flight(
     call = current_call()
     with runs_db(ledger_path().with_name(_RUNS_FILE)) as db, db:
         db.execute(
-            "INSERT INTO runs (idempotency_key, pid) VALUES (?, ?)", (call.idempotency_key, os.getpid())
+            "INSERT INTO runs (idempotency_key, pid) VALUES (?, ?)",
+            (call.idempotency_key, os.getpid()),
         )
     return book_flight(flight_id=flight_id, passenger=passenger)
 
@@ -146,11 +149,16 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
         for number in range(1, _WORKERS + 1):
             workers.append(
                 WorkerProcess(
-                    name=f"soak{number}", pool="prefork", concurrency=_CONCURRENCY, queues=(_QUEUE,),
-                    env=env, cwd=PROJECT_ROOT, log_dir=workdir / "logs",
+                    name=f"soak{number}",
+                    pool="prefork",
+                    concurrency=_CONCURRENCY,
+                    queues=(_QUEUE,),
+                    env=env,
+                    cwd=PROJECT_ROOT,
+                    log_dir=workdir / "logs",
                     loglevel="INFO" if args.keep is not None else "WARNING",
                 ).start(wait=False)
-            )  # fmt: skip
+            )
         for worker in workers:
             worker.wait_ready(60.0)
         settings = Settings.from_env(env)
@@ -159,7 +167,9 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
         try:
             # The proxies first: their catalog read starts the client, whose liveness key
             # (wire.keys.caller) is then part of the baseline, as the heartbeats are.
-            tools: dict[str, RemoteTool] = {name: remote_tool(name, client=client) for name in _TOOLS}
+            tools: dict[str, RemoteTool] = {
+                name: remote_tool(name, client=client) for name in _TOOLS
+            }
             _wait_for(lambda: client.beating, 10.0)
             baseline = int(db.dbsize())
             rss: dict[str, list[int]] = {"start": [_total_rss(w) for w in workers]}
@@ -175,7 +185,9 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
                     killed.update(worker.child_pids())  # SIGKILLed with it (pdeathsig)
                     worker.kill()
                     worker.start(wait=True, timeout=60.0)
-                    chaos_log.append(f"SIGKILLed {worker.name} (pid {old}), restarted as pid {worker.pid}")
+                    chaos_log.append(
+                        f"SIGKILLed {worker.name} (pid {old}), restarted as pid {worker.pid}"
+                    )
 
                 return act
 
@@ -183,7 +195,9 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
                 began = time.monotonic()
                 server.restart()
                 outage.append(time.monotonic() - began)
-                chaos_log.append(f"restarted Redis on port {server.port} (AOF) in {outage[-1]:.2f} s")
+                chaos_log.append(
+                    f"restarted Redis on port {server.port} (AOF) in {outage[-1]:.2f} s"
+                )
 
             def warm_restart(index: int) -> Callable[[], None]:
                 def act() -> None:  # a deploy: SIGTERM, its running calls finish, it starts again
@@ -191,7 +205,9 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
                     old = worker.pid
                     worker.stop(timeout=60.0)
                     worker.start(wait=True, timeout=60.0)
-                    chaos_log.append(f"warm-restarted {worker.name} (pid {old}, SIGTERM), now pid {worker.pid}")
+                    chaos_log.append(
+                        f"warm-restarted {worker.name} (pid {old}, SIGTERM), now pid {worker.pid}"
+                    )
 
                 return act
 
@@ -204,7 +220,9 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
                         time.sleep(seconds)  # the outage's length
                     finally:
                         db.config_set("maxmemory", 0)
-                    chaos_log.append(f"made Redis refuse writes (maxmemory below its use) for {seconds:g} s")
+                    chaos_log.append(
+                        f"made Redis refuse writes (maxmemory below its use) for {seconds:g} s"
+                    )
 
                 return act
 
@@ -238,10 +256,14 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
             sample("end")()
             pids = {w.name: w.pid for w in workers}
             rules = KeyRules(
-                interval=settings.heartbeat_interval, reply_ttl=settings.reply_ttl,
-                outcome_ttl=settings.outcome_ttl, claim_ttl=args.deadline + settings.claim_margin,
-            )  # fmt: skip
-            waited = wait_for_call_keys(db, rules.longest_call_rule + _GRACE) if args.wait_ttl else None
+                interval=settings.heartbeat_interval,
+                reply_ttl=settings.reply_ttl,
+                outcome_ttl=settings.outcome_ttl,
+                claim_ttl=args.deadline + settings.claim_margin,
+            )
+            waited = (
+                wait_for_call_keys(db, rules.longest_call_rule + _GRACE) if args.wait_ttl else None
+            )
             key_check = check_keys(db, baseline=baseline, rules=rules)
             poisoned = int(db.hget(keys.DEADLETTER_COUNT, "not_json") or 0)
         finally:
@@ -256,13 +278,21 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
         server.close()
 
     bounds = error_bounds(
-        kills=2, concurrency=_CONCURRENCY, redis_restarts=1, workers=_WORKERS, at_most_once=_AT_MOST_ONCE
+        kills=2,
+        concurrency=_CONCURRENCY,
+        redis_restarts=1,
+        workers=_WORKERS,
+        at_most_once=_AT_MOST_ONCE,
     )
     growth, rss_problems = check_rss(later)
     problems = check_errors(tally.outcomes, bounds)
     if tally.never_ended or tally.ended != args.calls:
         problems.append(f"{args.calls - tally.ended + tally.never_ended} calls never ended")
-    problems += [f"untyped {kind} ({tool})" for (tool, kind), _ in tally.outcomes.items() if kind.startswith("untyped ")]
+    problems += [
+        f"untyped {kind} ({tool})"
+        for (tool, kind), _ in tally.outcomes.items()
+        if kind.startswith("untyped ")
+    ]
     if outage and outage[0] >= args.deadline:
         problems.append(f"Redis was away {outage[0]:.1f} s, longer than a call's deadline")
     duplicates = sum(n - 1 for n in booked_ledger.values() if n > 1)
@@ -270,17 +300,40 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
     extra = sum(1 for passenger in booked_ledger if passenger not in tally.booked)
     problems += [f"{duplicates} duplicate bookings"] if duplicates else []
     problems += [f"{missing} successful bookings missing from the ledger"] if missing else []
-    problems += [f"{reran.unexplained} bodies run again with no kill to explain it"] if reran.unexplained else []
+    problems += (
+        [f"{reran.unexplained} bodies run again with no kill to explain it"]
+        if reran.unexplained
+        else []
+    )
     problems += [] if poisoned >= 1 else ["the poison message was not dead-lettered"]
-    problems += [] if len(alive) == len(workers) else [f"only {alive} of the workers lived to the end"]
+    problems += (
+        [] if len(alive) == len(workers) else [f"only {alive} of the workers lived to the end"]
+    )
     problems += key_check.problems(waited=args.wait_ttl, live_workers=len(workers))
     problems += rss_problems
     findings = Findings(
-        command=command, calls=args.calls, in_flight=args.in_flight, deadline=args.deadline, took=took,
-        chaos=chaos_log, outcomes=tally.outcomes, never_ended=tally.never_ended, samples=tally.samples,
-        bounds=bounds, booked=len(tally.booked), ledger=booked_ledger, missing=missing, extra=extra,
-        reruns=reran, keys=key_check, waited=waited, rss=rss, growth=growth, later=later, problems=problems,
-    )  # fmt: skip
+        command=command,
+        calls=args.calls,
+        in_flight=args.in_flight,
+        deadline=args.deadline,
+        took=took,
+        chaos=chaos_log,
+        outcomes=tally.outcomes,
+        never_ended=tally.never_ended,
+        samples=tally.samples,
+        bounds=bounds,
+        booked=len(tally.booked),
+        ledger=booked_ledger,
+        missing=missing,
+        extra=extra,
+        reruns=reran,
+        keys=key_check,
+        waited=waited,
+        rss=rss,
+        growth=growth,
+        later=later,
+        problems=problems,
+    )
     print(render(findings), flush=True)
     return 1 if problems else 0
 
@@ -372,18 +425,24 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--in-flight", type=int, default=200, help="calls in flight at once")
     parser.add_argument("--deadline", type=float, default=15.0, help="each call's deadline (s)")
     parser.add_argument(
-        "--smoke", action="store_true",
+        "--smoke",
+        action="store_true",
         help="CI's soak: 600 calls, 50 in flight, 15 s deadlines, --short-ttls --wait-ttl",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--keep", type=Path, metavar="DIR",
+        "--keep",
+        type=Path,
+        metavar="DIR",
         help="work in DIR and keep it (worker logs, Redis AOF, booking ledger) for a post-mortem",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--short-ttls", action="store_true",
+        "--short-ttls",
+        action="store_true",
         help="TTLs of seconds (replies and outcomes 5 s, claim margin 1 s, heartbeat interval 1 s)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--wait-ttl", action="store_true", help="wait for every call's keys to expire before counting keys"
+        "--wait-ttl",
+        action="store_true",
+        help="wait for every call's keys to expire before counting keys",
     )
     return parser

@@ -48,7 +48,17 @@ __all__ = [
 
 #: Families of the keys one call writes (``toolexec:<family>:...``); all expire within
 #: seconds to minutes of the call.
-CALL_FAMILIES = ("reply", "outcome", "claim", "waiters", "sent", "deliveries", "running", "fence", "state")
+CALL_FAMILIES = (
+    "reply",
+    "outcome",
+    "claim",
+    "waiters",
+    "sent",
+    "deliveries",
+    "running",
+    "fence",
+    "state",
+)
 #: A worker process may grow by this much (KiB) over the soak's later phase. It leaves
 #: room for the pool processes of a worker restarted just before it, which grow by a few
 #: MiB over their first calls; a leak of 1 KiB per call passes it only over fewer than
@@ -87,9 +97,14 @@ def error_bounds(
       retried until its deadline) or ``ToolTimeoutError``, and the tools do not fail.
     """
     return ErrorBounds(
-        bounds={"WorkerLost": kills * 2 * concurrency, "ToolOutcomeUnknown": redis_restarts * workers * concurrency},
+        bounds={
+            "WorkerLost": kills * 2 * concurrency,
+            "ToolOutcomeUnknown": redis_restarts * workers * concurrency,
+        },
         reasons={
-            "WorkerLost": f"{kills} SIGKILLs x (2 x concurrency {concurrency}) at-most-once calls held",
+            "WorkerLost": (
+                f"{kills} SIGKILLs x (2 x concurrency {concurrency}) at-most-once calls held"
+            ),
             "ToolOutcomeUnknown": (
                 f"{redis_restarts} Redis restart x {workers} workers' read of up to {concurrency}"
             ),
@@ -184,7 +199,8 @@ class KeyCheck:
             problems.append(f"{self.call_keys_left} keys of calls outlived their TTLs")
         if waited and self.after - self.long_rule != self.baseline:
             problems.append(
-                f"DBSIZE {self.after} is not the baseline {self.baseline} plus {self.long_rule} long-rule keys"
+                f"DBSIZE {self.after} is not the baseline {self.baseline} plus {self.long_rule} "
+                "long-rule keys"
             )
         return problems
 

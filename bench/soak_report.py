@@ -60,7 +60,10 @@ def render(f: Findings) -> str:
         markdown_table(
             ("outcome", "calls", "allowed", "why an error is allowed"),
             [_outcome_row(f.bounds, kind, n) for kind, n in sorted(kinds.items())]
-            + [("never ended", str(f.never_ended), "0", ""), ("total ended", str(ended), str(f.calls), "")],
+            + [
+                ("never ended", str(f.never_ended), "0", ""),
+                ("total ended", str(ended), str(f.calls), ""),
+            ],
         ),
         "",
         "By tool: "
@@ -83,15 +86,28 @@ def render(f: Findings) -> str:
         ),
         "",
         "## Redis keys"
-        + ("" if f.waited is None else f" (after waiting {f.waited:.0f} s for the calls' keys to expire)"),
+        + (
+            ""
+            if f.waited is None
+            else f" (after waiting {f.waited:.0f} s for the calls' keys to expire)"
+        ),
         "",
         markdown_table(
             ("keys", "count"),
             [
                 ("DBSIZE before the calls", str(f.keys.baseline)),
                 ("DBSIZE after", str(f.keys.after)),
-                ("of the baseline's kinds (catalog, workers, heartbeats, the client's liveness, kombu)", str(f.keys.baseline_kinds)),
-                ("whose TTL rule outlives the wait (stats, dead letters, put-backs)", str(f.keys.long_rule)),
+                (
+                    (
+                        "of the baseline's kinds (catalog, workers, heartbeats, the client's "
+                        "liveness, kombu)"
+                    ),
+                    str(f.keys.baseline_kinds),
+                ),
+                (
+                    "whose TTL rule outlives the wait (stats, dead letters, put-backs)",
+                    str(f.keys.long_rule),
+                ),
                 ("of calls, left", str(f.keys.call_keys_left)),
                 ("with a TTL longer than its rule", str(len(f.keys.over_rule))),
                 ("without a TTL beyond the catalog and kombu's", str(len(f.keys.no_ttl))),
@@ -101,7 +117,10 @@ def render(f: Findings) -> str:
         "",
         markdown_table(
             ("family", "keys", "largest TTL (s)", "rule (s)"),
-            [(fam, str(n), str(ttl), f"{rule:g}") for fam, (n, ttl, rule) in f.keys.families.items()],
+            [
+                (fam, str(n), str(ttl), f"{rule:g}")
+                for fam, (n, ttl, rule) in f.keys.families.items()
+            ],
         ),
         "",
         "## Worker RSS (KiB, main + pool processes)",
@@ -115,7 +134,8 @@ def render(f: Findings) -> str:
             f"After the last restart, {len(f.growth)} processes sampled throughout grew by at most "
             f"{max(f.growth.values(), default=0)} KiB each (limit {RSS_GROWTH_LIMIT_KIB} KiB): "
             + "; ".join(
-                f"pid {pid} " + " -> ".join(str(s.get(pid, "-")) for s in f.later) for pid in f.growth
+                f"pid {pid} " + " -> ".join(str(s.get(pid, "-")) for s in f.later)
+                for pid in f.growth
             )
             + "."
         ),
@@ -134,4 +154,9 @@ def render(f: Findings) -> str:
 def _outcome_row(bounds: ErrorBounds, kind: str, calls: int) -> tuple[str, str, str, str]:
     if kind == "result":
         return (kind, str(calls), "-", "")
-    return (kind, str(calls), str(bounds.bounds.get(kind, 0)), bounds.reasons.get(kind, "no fault explains it"))
+    return (
+        kind,
+        str(calls),
+        str(bounds.bounds.get(kind, 0)),
+        bounds.reasons.get(kind, "no fault explains it"),
+    )

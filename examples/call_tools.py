@@ -9,7 +9,7 @@ same ``TOOLEXEC_*`` settings. Prints::
     ToolTimeoutError: tool 'slow_report' timed out after 0.3s
     a repeat in one run is the same charge: True
     a new run is a new charge: True
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

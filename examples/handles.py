@@ -18,11 +18,16 @@ from agent_client import ToolCancelled, attach, remote_tool
 
 #: A process that submits a call and exits at once: submit() returns once the call is
 #: durably queued (its record and message confirmed), so nothing is lost.
-SENDER = "from agent_client import remote_tool; print(remote_tool('slow_report').submit({'seconds': 0.2}).id)"
+SENDER = (
+    "from agent_client import remote_tool; "
+    "print(remote_tool('slow_report').submit({'seconds': 0.2}).id)"
+)
 
 
 def main() -> None:
-    sender = subprocess.run([sys.executable, "-c", SENDER], capture_output=True, text=True, check=True)
+    sender = subprocess.run(
+        [sys.executable, "-c", SENDER], capture_output=True, text=True, check=True
+    )
     print("sender exited:", sender.returncode)
     handle = attach(sender.stdout.strip())  # any process can, also after the sender left
     print("attached:", handle.tool, handle.result_sync(timeout=30)["slept"])

@@ -65,7 +65,8 @@ def scripted(*turns: Turn) -> ScriptedChatModel:
 
 
 def tool_agent(model: ScriptedChatModel, tools: Sequence[Any], **options: Any) -> Any:
-    """LangChain's agent: the model calls tools until it answers (``options``: ``create_agent``'s)."""
+    """LangChain's agent: the model calls tools until it answers (``options``:
+    ``create_agent``'s)."""
     return create_agent(model, tools, **options)
 
 
@@ -86,7 +87,9 @@ def main() -> None:
     ]
     agent = tool_agent(model, tools, checkpointer=InMemorySaver())  # an interrupt needs one
     config: RunnableConfig = {"configurable": {"thread_id": "librarian-1"}}
-    given: Any = {"messages": [("user", "Find the story, run the report, re-index, book BA117 for Ada.")]}
+    given: Any = {
+        "messages": [("user", "Find the story, run the report, re-index, book BA117 for Ada.")]
+    }
     while True:
         last = None
         for chunk in agent.stream(given, config, stream_mode="custom"):
@@ -99,7 +102,9 @@ def main() -> None:
             break
         for waiting in pending:
             print("approve?", waiting.value["name"], json.dumps(waiting.value["args"]))
-        given = Command(resume={waiting.id: {"type": "approve"} for waiting in pending})  # a person decides
+        given = Command(
+            resume={waiting.id: {"type": "approve"} for waiting in pending}
+        )  # a person decides
     messages = agent.get_state(config).values["messages"]
     for message in messages:
         if isinstance(message, ToolMessage):

@@ -52,7 +52,9 @@ def main() -> None:
 
     session = Session()
     # With a real model: Agent(engine=LLMEngine("claude-...", approval_gate=gate), tools=[...], ...)
-    agent = scripted_agent(tools, provider, engine_options={"approval_gate": gate}, session=session, tool_timeout=0.5)
+    agent = scripted_agent(
+        tools, provider, engine_options={"approval_gate": gate}, session=session, tool_timeout=0.5
+    )
     envelope = agent("Find the story, run the slow report, re-index, book BA117 for Ada.")
     progress = session.events.query(event_type=TOOL_PROGRESS)
     if progress:

@@ -53,14 +53,18 @@ async def main() -> None:
         remote_tool("book_flight", requires_approval=True).as_locus(approvals=approvals),
     ]
     agent = Agent(model=model, tools=tools, context_window=32_000)
-    events: list[LocusEvent] = [e async for e in agent.run("Find the story, run the report, re-index, book BA117.")]
+    events: list[LocusEvent] = [
+        e async for e in agent.run("Find the story, run the report, re-index, book BA117.")
+    ]
     progress = [e for e in events if isinstance(e, ToolProgressEvent)]
     if progress:
         last = progress[-1]
         print(f"progress: {last.tool_name} {last.progress:g}/{last.total:g} {last.message}")
     for pause in [e for e in events if isinstance(e, InterruptEvent)]:
         print("approve?", pause.metadata["action"], json.dumps(pause.metadata["arguments"]))
-        approvals.decide(pause.metadata["approval_id"], "approved", by="ada")  # a person decides here
+        approvals.decide(
+            pause.metadata["approval_id"], "approved", by="ada"
+        )  # a person decides here
         events += [e async for e in agent.resume("approved", perform_dangling=True)]
     for done in [e for e in events if isinstance(e, ToolCompleteEvent)]:
         # What the model read: the result, or locus's "Error: <type>: <message>".

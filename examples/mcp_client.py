@@ -58,7 +58,9 @@ async def main() -> None:
             reports.append((done, total, message))
 
         paths = ["a.txt", "b.txt", "c.txt"]
-        indexed = await session.call_tool("reindex", {"paths": paths}, progress_callback=on_progress)
+        indexed = await session.call_tool(
+            "reindex", {"paths": paths}, progress_callback=on_progress
+        )
         done, total, message = reports[-1]  # the last report always arrives before the result
         print(f"progress: {done:g}/{total:g} {message}")
         print(f"{'reindex':<13} {text(indexed.content)}")

@@ -20,7 +20,9 @@ class Address(BaseModel):
     """A postal address."""
 
     city: str
-    country: Annotated[str, Field(min_length=2, max_length=2, description="ISO 3166 country code, e.g. 'GB'")]
+    country: Annotated[
+        str, Field(min_length=2, max_length=2, description="ISO 3166 country code, e.g. 'GB'")
+    ]
 
 
 @tool
@@ -35,7 +37,9 @@ def word_count(text: str, unit: Literal["words", "characters"] = "words") -> dic
 
 
 @tool(idempotent=True, queue="payments", timeout=10)
-async def charge_card(customer_id: str, amount_cents: Annotated[int, Field(gt=0)], billing: Address) -> dict[str, str]:
+async def charge_card(
+    customer_id: str, amount_cents: Annotated[int, Field(gt=0)], billing: Address
+) -> dict[str, str]:
     """Charge a customer's card once per agent run, whatever the model repeats.
 
     Args:
@@ -45,7 +49,11 @@ async def charge_card(customer_id: str, amount_cents: Annotated[int, Field(gt=0)
     """
     key = current_call().idempotency_key  # pass it on as the payment API's Idempotency-Key
     # A new id per execution: two results with one charge_id are one charge.
-    return {"charge_id": f"ch_{uuid.uuid4().hex[:12]}", "amount_cents": str(amount_cents), "key": key or ""}
+    return {
+        "charge_id": f"ch_{uuid.uuid4().hex[:12]}",
+        "amount_cents": str(amount_cents),
+        "key": key or "",
+    }
 
 
 @tool

@@ -60,7 +60,9 @@ def shown(result: RunResult) -> list[tuple[str, str]]:
     calls = [item.raw_item for item in result.new_items if isinstance(item, ToolCallItem)]
     names = {getattr(call, "call_id", None): getattr(call, "name", "?") for call in calls}
     outputs = [item for item in result.new_items if isinstance(item, ToolCallOutputItem)]
-    return [(names.get(dict(item.raw_item).get("call_id"), "?"), str(item.output)) for item in outputs]
+    return [
+        (names.get(dict(item.raw_item).get("call_id"), "?"), str(item.output)) for item in outputs
+    ]
 
 
 async def main() -> None:
@@ -71,7 +73,11 @@ async def main() -> None:
             [function_call("search", {"query": "red-headed league", "limit": 1}, call_id="c1")],
             [function_call("slow_report", {"seconds": 5}, call_id="c2")],
             [function_call("reindex", {"paths": ["a.txt", "b.txt", "c.txt"]}, call_id="c3")],
-            [function_call("book_flight", {"flight_id": "BA117", "passenger": "Ada Lovelace"}, call_id="c4")],
+            [
+                function_call(
+                    "book_flight", {"flight_id": "BA117", "passenger": "Ada Lovelace"}, call_id="c4"
+                )
+            ],
             [assistant_message("Found it, re-indexed and booked; the report took too long.")],
         ]
     )
@@ -86,7 +92,9 @@ async def main() -> None:
             remote_tool("book_flight", requires_approval=True).as_openai_agents(),
         ],
     )
-    result = await Runner.run(agent, "Find the story, run the report, re-index, book BA117 for Ada.")
+    result = await Runner.run(
+        agent, "Find the story, run the report, re-index, book BA117 for Ada."
+    )
     while result.interruptions:
         state = result.to_state()
         for item in result.interruptions:

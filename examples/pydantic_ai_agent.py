@@ -38,7 +38,9 @@ SCRIPT: list[tuple[str, dict[str, object]] | str] = [
 ]
 
 
-async def scripted_model(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
+async def scripted_model(
+    messages: list[ModelMessage], info: AgentInfo
+) -> AsyncIterator[str | DeltaToolCalls]:
     """Stream turn ``n``'s ``SCRIPT[n]``; a real model would decide here."""
     turn = sum(isinstance(m, ModelResponse) for m in messages)
     step = SCRIPT[turn]
@@ -72,7 +74,9 @@ def main() -> None:
         tool_timeout=0.5,
         output_type=[str, DeferredToolRequests],
     )
-    question = "Find the red-headed league story, run the slow report, re-index, book BA117 for Ada."
+    question = (
+        "Find the red-headed league story, run the slow report, re-index, book BA117 for Ada."
+    )
     result = agent.run_sync(question, event_stream_handler=show_progress)
     while isinstance(result.output, DeferredToolRequests):
         approvals: dict[str, bool] = {}
@@ -90,7 +94,10 @@ def main() -> None:
                 shown = part.model_response_str(wrap_if_error=False)
                 if part.tool_name == "book_flight" and part.outcome == "success":
                     shown = f"booked {part.content['flight_id']} for {part.content['passenger']}"
-                print(f"{part.tool_name:<13} {part.outcome:<8} {shown if len(shown) <= 48 else shown[:45] + '...'}")
+                print(
+                    f"{part.tool_name:<13} {part.outcome:<8} "
+                    f"{shown if len(shown) <= 48 else shown[:45] + '...'}"
+                )
     print("answer:", result.output)
 
 

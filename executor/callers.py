@@ -126,8 +126,10 @@ def _settled(
     if time.monotonic() - unsure_since >= settings.heartbeat_interval * _UNREACHABLE_BEATS:
         logger.warning(
             "call %s of %s: could not tell for %gs whether its caller waits; running it",
-            call.call_id, call.tool, settings.heartbeat_interval * _UNREACHABLE_BEATS,
-        )  # fmt: skip
+            call.call_id,
+            call.tool,
+            settings.heartbeat_interval * _UNREACHABLE_BEATS,
+        )
         return True
     pause = settings.heartbeat_interval / 3
     if call.deadline is not None:
@@ -144,7 +146,9 @@ def caller_waits(client: redis.Redis, call: CallRequest, *, settings: Settings) 
     while not isinstance(step, bool):
         if step:
             time.sleep(step)
-        step = _settled(call, look(client, call, settings=settings), unsure_since=since, settings=settings)
+        step = _settled(
+            call, look(client, call, settings=settings), unsure_since=since, settings=settings
+        )
     return step
 
 
@@ -168,9 +172,12 @@ def shed(call: CallRequest, *, worker: str, settings: Settings) -> CallOutcome:
         "call %s of %s: its caller no longer waits; not running it", call.call_id, call.tool
     )
     return CallOutcome.failure(
-        call.call_id, ErrorKind.EXPIRED, "CallerGone",
-        f"a worker did not run this call to {call.tool!r}: its caller's liveness key said it closed, or "
-        f"stayed absent for {settings.heartbeat_interval:g}s while Redis took writes, so the caller was judged "
-        "gone (a client that cannot reach Redis for that long is taken for dead)",
+        call.call_id,
+        ErrorKind.EXPIRED,
+        "CallerGone",
+        f"a worker did not run this call to {call.tool!r}: its caller's liveness key said it "
+        f"closed, or stayed absent for {settings.heartbeat_interval:g}s while Redis took writes, "
+        "so the caller was judged gone (a client that cannot reach Redis for that long is taken "
+        "for dead)",
         worker=worker,
-    )  # fmt: skip
+    )

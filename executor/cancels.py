@@ -100,9 +100,12 @@ def requested(call_id: str) -> bool:
 def cancelled_outcome(call: CallRequest, *, worker: str, why: str = "") -> CallOutcome:
     """The outcome of a cancelled call."""
     return CallOutcome.failure(
-        call.call_id, ErrorKind.CANCELLED, "ToolCancelled",
-        why or f"the call to {call.tool!r} was cancelled", worker=worker,
-    )  # fmt: skip
+        call.call_id,
+        ErrorKind.CANCELLED,
+        "ToolCancelled",
+        why or f"the call to {call.tool!r} was cancelled",
+        worker=worker,
+    )
 
 
 def ran_on() -> int:
@@ -207,14 +210,18 @@ def _listen(settings: Settings, ready: threading.Event) -> None:
         try:
             _subscribed(settings, ready)
         except Exception as exc:  # noqa: BLE001 - Redis away: subscribe again
-            logger.debug("the cancel listener lost Redis (%s); subscribing again", type(exc).__name__)
+            logger.debug(
+                "the cancel listener lost Redis (%s); subscribing again", type(exc).__name__
+            )
             ready.set()
         time.sleep(backoff)
         backoff = min(2.0, backoff * 2)
 
 
 def _subscribed(settings: Settings, ready: threading.Event) -> None:
-    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=5, health_check_interval=0)
+    client = redis.Redis.from_url(
+        settings.redis_url, socket_connect_timeout=5, health_check_interval=0
+    )
     pubsub = cast(Any, client).pubsub(ignore_subscribe_messages=True)
     try:
         pubsub.subscribe(keys.CANCELS)
@@ -275,17 +282,25 @@ def _past_grace(watch_: _Watch) -> None:
 
     worker = watch_.admitted.holder.split(" ", 1)[0]
     outcome = cancelled_outcome(
-        call, worker=worker, why=f"the call to {call.tool!r} was cancelled and did not end within its grace"
+        call,
+        worker=worker,
+        why=f"the call to {call.tool!r} was cancelled and did not end within its grace",
     )
     try:
         with running_here.completing(watch_.admitted):
-            finish(call, outcome, settings=watch_.settings, store=False, holder=watch_.admitted.holder)
+            finish(
+                call, outcome, settings=watch_.settings, store=False, holder=watch_.admitted.holder
+            )
     finally:
         if in_pool_child():
-            logger.warning("call %s did not end within its cancel grace; this pool process exits", call.call_id)
+            logger.warning(
+                "call %s did not end within its cancel grace; this pool process exits", call.call_id
+            )
             _exit()
         watch_.past_grace = True
-        logger.warning("call %s did not end within its cancel grace; its tool runs on", call.call_id)
+        logger.warning(
+            "call %s did not end within its cancel grace; its tool runs on", call.call_id
+        )
 
 
 def _exit() -> None:

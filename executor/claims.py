@@ -116,7 +116,13 @@ _REPLY_PREFIX = keys.reply("")
 
 
 def begin(
-    client: redis.Redis, call: CallRequest, *, holder: str, hostname: str, ttl_ms: int, patience: float = 0.0
+    client: redis.Redis,
+    call: CallRequest,
+    *,
+    holder: str,
+    hostname: str,
+    ttl_ms: int,
+    patience: float = 0.0,
 ) -> tuple[BeginState, str]:
     """Start a call: ``("run", "")``, ``("stored", outcome JSON)`` or ``("busy", holder)``.
 
@@ -156,7 +162,12 @@ def complete(
     if call.idempotency_key is None or store:
         pipe = client.pipeline(transaction=False)
         if call.idempotency_key is not None:
-            pipe.set(keys.state(call.idempotency_key), stored_state(encoded), px=outcome_ttl * 1000, get=True)
+            pipe.set(
+                keys.state(call.idempotency_key),
+                stored_state(encoded),
+                px=outcome_ttl * 1000,
+                get=True,
+            )
         # A plain call's holder record (if a heartbeat wrote one) is left to its short
         # TTL: only a caller still waiting reads it, and this one is answered now.
         queue_reply(pipe, call, encoded, reply_ttl=reply_ttl)
@@ -218,12 +229,14 @@ def _alive(client: redis.Redis, tag: str, *, hostname: str, patience: float) -> 
         time.sleep(min(0.1, patience / 10))
     return True
 
+
 # -- same-process joins ----------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class Admitted:
-    """A call this delivery must run: it is valid, unexpired and begun (:func:`executor.task.admit`)."""
+    """A call this delivery must run: it is valid, unexpired and begun
+    (:func:`executor.task.admit`)."""
 
     call: CallRequest
     definition: ToolDefinition | None
@@ -250,10 +263,18 @@ class RunningHere:
         self._keys: dict[str, threading.Lock] = {}
 
     def begin(
-        self, client: redis.Redis, call: CallRequest, key: str, *, tag: str, worker: str, ttl_ms: int,
+        self,
+        client: redis.Redis,
+        call: CallRequest,
+        key: str,
+        *,
+        tag: str,
+        worker: str,
+        ttl_ms: int,
         patience: float,
     ) -> tuple[BeginState, str, str, threading.Lock | None]:
-        """:func:`begin` for a keyed call: (state, value, holder it began as, key lock if it runs)."""
+        """:func:`begin` for a keyed call: (state, value, holder it began as, key lock
+        if it runs)."""
         while True:
             with self._lock:
                 lock = self._keys.get(key)
@@ -278,7 +299,12 @@ class RunningHere:
                 if self._keys.get(key) is lock:
                     joiner = joining_tag(tag)
                     state, value = begin(
-                        client, call, holder=joiner, hostname=worker, ttl_ms=ttl_ms, patience=patience
+                        client,
+                        call,
+                        holder=joiner,
+                        hostname=worker,
+                        ttl_ms=ttl_ms,
+                        patience=patience,
                     )
                     return state, value, joiner, None
             # The delivery running it here has ended meanwhile: begin afresh.
@@ -348,7 +374,8 @@ def started_before(client: redis.Redis, call_id: str) -> bool:
 
 
 def waits_for_hold(accept_callback: Any) -> bool:
-    """Whether a pool's ``accept_callback`` writes to Redis before acknowledging (off an event loop)."""
+    """Whether a pool's ``accept_callback`` writes to Redis before acknowledging (off an
+    event loop)."""
     return (
         getattr(getattr(accept_callback, "__self__", None), "toolexec_holds_before_ack", False)
         is True
@@ -361,7 +388,9 @@ def waits_for_hold(accept_callback: Any) -> bool:
 START_PATIENCE = 10.0
 
 
-def may_start(call: CallRequest, generation: int, *, tag: str, settings: Settings, worker: str) -> bool:
+def may_start(
+    call: CallRequest, generation: int, *, tag: str, settings: Settings, worker: str
+) -> bool:
     """Whether this copy sent again may start (:data:`wire.copies.START`), recording it
     held by ``tag`` if so; a copy the client gave up on, or sent again since, may not.
 
@@ -374,7 +403,9 @@ def may_start(call: CallRequest, generation: int, *, tag: str, settings: Setting
     while True:
         try:
             answer = START.run(
-                client, [keys.fence(call.call_id), keys.running(call.call_id)], [generation, tag, record_ms]
+                client,
+                [keys.fence(call.call_id), keys.running(call.call_id)],
+                [generation, tag, record_ms],
             )
             break
         except redis.RedisError as exc:
@@ -386,8 +417,12 @@ def may_start(call: CallRequest, generation: int, *, tag: str, settings: Setting
     if answer == "run":
         return True
     logger.info(
-        "call %s of %s: this copy does not run: %s", call.call_id, call.tool,
-        "its caller gave the call up" if answer == "fenced" else "its caller has sent it again since",
+        "call %s of %s: this copy does not run: %s",
+        call.call_id,
+        call.tool,
+        "its caller gave the call up"
+        if answer == "fenced"
+        else "its caller has sent it again since",
         extra=call_log_fields(call.call_id, call.run_id, call.tool),
-    )  # fmt: skip
+    )
     return False

@@ -55,6 +55,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True, kw_only=True)
 class CallContext:
     """What a tool may know about the call it is running.

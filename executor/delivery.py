@@ -42,11 +42,18 @@ _DELIVERY_PATIENCE = 5.0
 
 
 def finish(
-    call: CallRequest, outcome: CallOutcome, *, settings: Settings, store: bool = False, holder: str = ""
+    call: CallRequest,
+    outcome: CallOutcome,
+    *,
+    settings: Settings,
+    store: bool = False,
+    holder: str = "",
 ) -> None:
     """Deliver ``outcome`` to the caller of ``call`` (and its joiners); store it if asked."""
     encoded = record_and_encode(call, outcome, settings=settings)
-    deliver_encoded(redis_client(settings), call, encoded, settings=settings, store=store, holder=holder)
+    deliver_encoded(
+        redis_client(settings), call, encoded, settings=settings, store=store, holder=holder
+    )
 
 
 def record_and_encode(call: CallRequest, outcome: CallOutcome, *, settings: Settings) -> str:
@@ -57,16 +64,28 @@ def record_and_encode(call: CallRequest, outcome: CallOutcome, *, settings: Sett
 
 
 def deliver_encoded(
-    client: redis.Redis, call: CallRequest, encoded: str, *, settings: Settings, store: bool, holder: str
+    client: redis.Redis,
+    call: CallRequest,
+    encoded: str,
+    *,
+    settings: Settings,
+    store: bool,
+    holder: str,
 ) -> None:
     """Complete ``call`` with an outcome already encoded (a stored one, say), through blips."""
+
     # A second COMPLETE after a first that landed only pushes a duplicate frame, which
     # the client drops (nobody waits for that call id any more).
     def deliver() -> None:
         complete(
-            client, call, encoded, store=store, holder=holder,
-            outcome_ttl=settings.outcome_ttl, reply_ttl=settings.reply_ttl,
-        )  # fmt: skip
+            client,
+            call,
+            encoded,
+            store=store,
+            holder=holder,
+            outcome_ttl=settings.outcome_ttl,
+            reply_ttl=settings.reply_ttl,
+        )
         if call.handle:
             _end_record(client, call, encoded, settings=settings)
 
@@ -87,7 +106,9 @@ def push_plain(delivered: list[tuple[CallRequest, str, Settings]]) -> None:
         _through_blips(push, [call for call, _ in replies])
 
 
-def _push_replies(client: redis.Redis, replies: list[tuple[CallRequest, str]], *, settings: Settings) -> None:
+def _push_replies(
+    client: redis.Redis, replies: list[tuple[CallRequest, str]], *, settings: Settings
+) -> None:
     pipe = client.pipeline(transaction=False)
     for call, encoded in replies:
         queue_reply(pipe, call, encoded, reply_ttl=settings.reply_ttl)
@@ -103,22 +124,33 @@ def mark_running(call: CallRequest, *, worker: str, settings: Settings) -> None:
     leaves it ``queued`` (its status is a view; the outcome still ends the record)."""
     try:
         START.run(
-            redis_client(settings), [keys.handle(call.call_id)], [worker, f"{time.time():.3f}", settings.handle_ttl * 1000]
+            redis_client(settings),
+            [keys.handle(call.call_id)],
+            [worker, f"{time.time():.3f}", settings.handle_ttl * 1000],
         )
     except redis.RedisError as exc:
         logger.debug("could not mark call %s running: %s", call.call_id, type(exc).__name__)
 
 
-def _end_record(client: redis.Redis, call: CallRequest, encoded: str, *, settings: Settings) -> None:
+def _end_record(
+    client: redis.Redis, call: CallRequest, encoded: str, *, settings: Settings
+) -> None:
     # A submitted call's record takes its outcome, for every process attached to it
     # (its sender has its frame from complete()/the push already).
     outcome = CallOutcome.model_validate_json(encoded)
     END.run(
-        client, [keys.handle(call.call_id), keys.handle_waiters(call.call_id)],
-        [status_of(outcome.ok, outcome.error.kind.value if outcome.error else None), encoded,
-         f"{time.time():.3f}", settings.handle_ttl * 1000, settings.reply_ttl, keys.reply(""), "0"],
-    )  # fmt: skip
-
+        client,
+        [keys.handle(call.call_id), keys.handle_waiters(call.call_id)],
+        [
+            status_of(outcome.ok, outcome.error.kind.value if outcome.error else None),
+            encoded,
+            f"{time.time():.3f}",
+            settings.handle_ttl * 1000,
+            settings.reply_ttl,
+            keys.reply(""),
+            "0",
+        ],
+    )
 
 
 def _through_blips(deliver: Callable[[], None], calls: list[CallRequest]) -> None:
@@ -134,8 +166,11 @@ def _through_blips(deliver: Callable[[], None], calls: list[CallRequest]) -> Non
             if pause is None:
                 for call in calls:
                     logger.error(
-                        "could not deliver the outcome of call %s of %s: %s", call.call_id, call.tool, exc,
+                        "could not deliver the outcome of call %s of %s: %s",
+                        call.call_id,
+                        call.tool,
+                        exc,
                         extra=call_log_fields(call.call_id, call.run_id, call.tool),
-                    )  # fmt: skip
+                    )
                 return
             time.sleep(pause)

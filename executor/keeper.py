@@ -75,8 +75,13 @@ class Keeper:
         if not self._beats:
             self.note([])
         self._process = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from executor.keeper import main; sys.exit(main())",
-             str(os.getpid()), str(self._state)],
+            [
+                sys.executable,
+                "-c",
+                "import sys; from executor.keeper import main; sys.exit(main())",
+                str(os.getpid()),
+                str(self._state),
+            ],
             stdin=subprocess.DEVNULL,
         )
 
@@ -84,8 +89,15 @@ class Keeper:
         """After a beat: its number, what it wrote (the worker's key's value ``beat``, and
         each record with its holder), for the keeper."""
         self._beats += 1
-        text = json.dumps({"beat": self._beats, "worker": self._worker_key, "value": beat,
-                           "records": records, "interval": self._interval})  # fmt: skip
+        text = json.dumps(
+            {
+                "beat": self._beats,
+                "worker": self._worker_key,
+                "value": beat,
+                "records": records,
+                "interval": self._interval,
+            }
+        )
         partial = self._state.with_suffix(".partial")
         partial.write_text(text)
         os.replace(partial, self._state)
@@ -107,7 +119,9 @@ class Keeper:
 def main(argv: list[str] | None = None) -> int:
     """The keeper process: ``main()`` with ``sys.argv[1:]`` the worker's pid and the state file."""
     parent, state = (argv if argv is not None else sys.argv[1:])[:2]
-    client = redis.Redis.from_url(Settings.from_env().redis_url, socket_timeout=2, socket_connect_timeout=2)
+    client = redis.Redis.from_url(
+        Settings.from_env().redis_url, socket_timeout=2, socket_connect_timeout=2
+    )
     last_beat, moved_at = -1, time.monotonic()
     while os.getppid() == int(parent):
         try:
@@ -135,7 +149,10 @@ def _keep_alive(client: redis.Redis, seen: dict[str, Any], interval: float) -> N
     for record, holder in seen["records"]:
         pipe.set(record, holder, px=record_ms)
     try:
-        if not any(isinstance(r, redis.exceptions.OutOfMemoryError) for r in pipe.execute(raise_on_error=False)):
+        if not any(
+            isinstance(r, redis.exceptions.OutOfMemoryError)
+            for r in pipe.execute(raise_on_error=False)
+        ):
             return
         pipe = client.pipeline(transaction=False)
         pipe.pexpire(seen["worker"], worker_ms)

@@ -77,7 +77,8 @@ class ToolExited(Exception):
 
 
 async def _contained(coro: Coroutine[Any, Any, Any]) -> Any:
-    """Await a tool's coroutine; its ``SystemExit`` or ``KeyboardInterrupt`` as :class:`ToolExited`."""
+    """Await a tool's coroutine; its ``SystemExit`` or ``KeyboardInterrupt`` as
+    :class:`ToolExited`."""
     try:
         return await coro
     except (SystemExit, KeyboardInterrupt) as exc:

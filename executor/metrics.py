@@ -265,7 +265,8 @@ def _settings_of(app: Any) -> Settings | None:
 
 
 def on_worker_init(sender: Any = None, **_: Any) -> None:
-    """``worker_init``: enable collecting, before the pool forks (its children inherit the directory)."""
+    """``worker_init``: enable collecting, before the pool forks (its children inherit
+    the directory)."""
     settings = _settings_of(getattr(sender, "app", None))
     if settings is not None and settings.metrics_port is not None:
         enable_metrics()
@@ -280,7 +281,10 @@ def on_worker_ready(sender: Any = None, **_: Any) -> None:
         start_metrics_server(settings.metrics_port, settings.metrics_host)
     except OSError as exc:
         logger.error(
-            "cannot serve metrics on %s port %d: %s", settings.metrics_host, settings.metrics_port, exc
+            "cannot serve metrics on %s port %d: %s",
+            settings.metrics_host,
+            settings.metrics_port,
+            exc,
         )
 
 

@@ -19,11 +19,13 @@ __all__ = ["encode_outcome", "too_deep_result"]
 def too_deep_result(tool: str, call_id: str, *, worker: str) -> CallOutcome:
     """The outcome sent instead of a result nested deeper than the wire carries."""
     return CallOutcome.failure(
-        call_id, ErrorKind.EXECUTION, "UnserializableResult",
-        f"tool {tool!r} returned a value nested deeper than {MAX_DEPTH} levels of arrays and objects, "
-        "which toolexec does not send",
+        call_id,
+        ErrorKind.EXECUTION,
+        "UnserializableResult",
+        f"tool {tool!r} returned a value nested deeper than {MAX_DEPTH} levels of arrays and "
+        "objects, which toolexec does not send",
         worker=worker,
-    )  # fmt: skip
+    )
 
 
 def encode_outcome(outcome: CallOutcome, *, tool: str, max_bytes: int) -> str:

@@ -149,18 +149,26 @@ def _define(
     name = name if name is not None else getattr(fn, "__name__", "")
     if not isinstance(name, str) or not _NAME.match(name):
         raise ToolDefinitionError(
-            f"invalid tool name {name!r}: use 1-64 letters, digits, '_' or '-', starting with a letter"
+            f"invalid tool name {name!r}: use 1-64 letters, digits, '_' or '-', starting with a "
+            "letter"
         )
     if not isinstance(queue, str) or not _QUEUE.match(queue):
         raise ToolDefinitionError(f"tool {name!r}: invalid queue name {queue!r}")
     for option, value in (("timeout", timeout), ("hard_timeout", hard_timeout)):
         if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
         ):
-            raise ToolDefinitionError(f"tool {name!r}: {option} must be a positive number of seconds or None, got {value!r}")
+            raise ToolDefinitionError(
+                f"tool {name!r}: {option} must be a positive number of seconds or None, got "
+                f"{value!r}"
+            )
         if value is not None and value > MAX_TIMEOUT:
             raise ToolDefinitionError(
-                f"tool {name!r}: {option} must be at most {MAX_TIMEOUT:.0f} seconds (366 days), got {value!r}"
+                f"tool {name!r}: {option} must be at most {MAX_TIMEOUT:.0f} seconds (366 days), "
+                f"got {value!r}"
             )
     if delivery is None:
         delivery = "at_least_once" if idempotent else "at_most_once"
@@ -173,13 +181,18 @@ def _define(
             f"tool {name!r}: requires_approval must be True or False, got {requires_approval!r}"
         )
     if on_abandon not in ("leave", "cancel"):
-        raise ToolDefinitionError(f"tool {name!r}: on_abandon must be 'leave' or 'cancel', got {on_abandon!r}")
-    if (
-        isinstance(cancel_grace, bool) or not isinstance(cancel_grace, int | float)
-        or not math.isfinite(cancel_grace) or not 0 <= cancel_grace <= 3600
-    ):  # fmt: skip
         raise ToolDefinitionError(
-            f"tool {name!r}: cancel_grace must be a number of seconds from 0 to 3600, got {cancel_grace!r}"
+            f"tool {name!r}: on_abandon must be 'leave' or 'cancel', got {on_abandon!r}"
+        )
+    if (
+        isinstance(cancel_grace, bool)
+        or not isinstance(cancel_grace, int | float)
+        or not math.isfinite(cancel_grace)
+        or not 0 <= cancel_grace <= 3600
+    ):
+        raise ToolDefinitionError(
+            f"tool {name!r}: cancel_grace must be a number of seconds from 0 to 3600, got "
+            f"{cancel_grace!r}"
         )
     if cache_errors and not idempotent:
         raise ToolDefinitionError(f"tool {name!r}: cache_errors=True needs idempotent=True")

@@ -97,12 +97,15 @@ def retry_policy(
     """
     if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
         raise ToolDefinitionError(
-            f"tool {tool!r}: retries must be a whole number from 0 to {MAX_RETRIES}, got {retries!r}"
+            f"tool {tool!r}: retries must be a whole number from 0 to {MAX_RETRIES}, got "
+            f"{retries!r}"
         )
     if (
-        isinstance(retry_backoff, bool) or not isinstance(retry_backoff, int | float)
-        or not math.isfinite(retry_backoff) or not 0 <= retry_backoff <= MAX_BACKOFF
-    ):  # fmt: skip
+        isinstance(retry_backoff, bool)
+        or not isinstance(retry_backoff, int | float)
+        or not math.isfinite(retry_backoff)
+        or not 0 <= retry_backoff <= MAX_BACKOFF
+    ):
         raise ToolDefinitionError(
             f"tool {tool!r}: retry_backoff must be a number of seconds from 0 to "
             f"{MAX_BACKOFF:g}, got {retry_backoff!r}"
@@ -117,7 +120,8 @@ def retry_policy(
         return RetryPolicy(retries=retries, backoff=float(retry_backoff))
     if not retries:
         raise ToolDefinitionError(
-            f"tool {tool!r}: retry_on has no effect without retries; set retries=N (1 to {MAX_RETRIES})"
+            f"tool {tool!r}: retry_on has no effect without retries; set retries=N (1 to "
+            f"{MAX_RETRIES})"
         )
     return RetryPolicy(
         retries=retries, retry_on=_exception_types(tool, retry_on), backoff=float(retry_backoff)
@@ -196,15 +200,24 @@ class Attempts:
             if self._now() + pause + needs > call.deadline:
                 logger.info(
                     "call %s of %s raised %s on attempt %d; not retrying: another attempt "
-                    "would end past its deadline", call.call_id, call.tool, type(exc).__name__,
-                    self.count, extra=_log_fields(call),
-                )  # fmt: skip
+                    "would end past its deadline",
+                    call.call_id,
+                    call.tool,
+                    type(exc).__name__,
+                    self.count,
+                    extra=_log_fields(call),
+                )
                 return None
         logger.info(
             "call %s of %s raised %s on attempt %d of %d; trying again in %.3fs",
-            call.call_id, call.tool, type(exc).__name__, self.count, policy.retries + 1, pause,
+            call.call_id,
+            call.tool,
+            type(exc).__name__,
+            self.count,
+            policy.retries + 1,
+            pause,
             extra=_log_fields(call),
-        )  # fmt: skip
+        )
         return pause
 
     def stamp(self, outcome: CallOutcome) -> CallOutcome:

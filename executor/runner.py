@@ -72,9 +72,11 @@ def refuse_if_expired(
     if request.deadline is None or (shared_now() if now is None else now) < request.deadline:
         return None
     logger.info(
-        "call %s of %s expired before it started; not running it", request.call_id, request.tool,
+        "call %s of %s expired before it started; not running it",
+        request.call_id,
+        request.tool,
         extra=_fields(request),
-    )  # fmt: skip
+    )
     return CallOutcome.failure(
         request.call_id,
         ErrorKind.EXPIRED,
@@ -85,9 +87,12 @@ def refuse_if_expired(
 
 
 def execute(
-    request: CallRequest, *, worker: str = "", definition: ToolDefinition | None = None,
+    request: CallRequest,
+    *,
+    worker: str = "",
+    definition: ToolDefinition | None = None,
     starting: Starting | None = None,
-) -> CallOutcome:  # fmt: skip
+) -> CallOutcome:
     """Run ``request`` and return its outcome; never raises for anything the tool does.
 
     The caller has checked the deadline (:func:`refuse_if_expired`); ``starting``, when
@@ -119,9 +124,12 @@ def execute(
 
 
 async def execute_async(
-    request: CallRequest, *, worker: str = "", definition: ToolDefinition | None = None,
+    request: CallRequest,
+    *,
+    worker: str = "",
+    definition: ToolDefinition | None = None,
     starting: Starting | None = None,
-) -> CallOutcome:  # fmt: skip
+) -> CallOutcome:
     """:func:`execute` on the running event loop (the asyncio pool, :mod:`executor.pools`).
 
     An ``async def`` tool runs as a coroutine on this loop, at once; a ``def`` tool runs in
@@ -151,9 +159,11 @@ async def execute_async(
         except _ENDINGS as exc:
             current = asyncio.current_task()
             if (
-                isinstance(exc, asyncio.CancelledError) and current is not None and current.cancelling()
+                isinstance(exc, asyncio.CancelledError)
+                and current is not None
+                and current.cancelling()
                 and cancels.requested(request.call_id)
-            ):  # fmt: skip
+            ):
                 current.uncancel()  # the call's cancel (executor.cancels), not the pool's
             elif (
                 isinstance(exc, asyncio.CancelledError)
@@ -176,9 +186,11 @@ _ENDINGS = (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError)
 def _attempts(request: CallRequest, definition: ToolDefinition) -> Attempts:
     """The attempts of ``request``; none after the first once the call is cancelled."""
     return Attempts(
-        definition.retry, call=request, hard_timeout=definition.spec.hard_timeout,
+        definition.retry,
+        call=request,
+        hard_timeout=definition.spec.hard_timeout,
         cancelled=functools.partial(cancels.requested, request.call_id),
-    )  # fmt: skip
+    )
 
 
 def _count_attempt(tool: str, attempts: Attempts) -> None:
@@ -275,9 +287,12 @@ def _hard_timeout(
     request: CallRequest, hard_timeout: float | None, *, stopped: bool, worker: str, how: str = ""
 ) -> CallOutcome:
     logger.warning(
-        "call %s of %s passed its hard limit of %ss", request.call_id, request.tool, hard_timeout,
+        "call %s of %s passed its hard limit of %ss",
+        request.call_id,
+        request.tool,
+        hard_timeout,
         extra=_fields(request),
-    )  # fmt: skip
+    )
     return CallOutcome.failure(
         request.call_id,
         ErrorKind.HARD_TIMEOUT,
@@ -305,9 +320,12 @@ def _raised(request: CallRequest, exc: Exception, *, worker: str) -> CallOutcome
 def _escaped(request: CallRequest, exc: BaseException, *, worker: str) -> CallOutcome:
     # A tool cannot end its worker process (nor cancel its own run): it failed.
     logger.warning(
-        "call %s of %s raised %s; answered as its error", request.call_id, request.tool, type(exc).__name__,
+        "call %s of %s raised %s; answered as its error",
+        request.call_id,
+        request.tool,
+        type(exc).__name__,
         extra=_fields(request),
-    )  # fmt: skip
+    )
     return CallOutcome.failure(
         request.call_id,
         ErrorKind.EXECUTION,
@@ -329,8 +347,8 @@ def _returned(request: CallRequest, value: Any, *, worker: str) -> CallOutcome:
             call_id,
             ErrorKind.EXECUTION,
             "UnserializableResult",
-            f"tool {request.tool!r} returned bytes that are not UTF-8 text, which cannot be sent as "
-            "JSON; return str, or base64-encode binary data",
+            f"tool {request.tool!r} returned bytes that are not UTF-8 text, which cannot be sent "
+            "as JSON; return str, or base64-encode binary data",
             worker=worker,
         )
     except ValueError as exc:  # PydanticSerializationError, circular references
@@ -349,7 +367,10 @@ def _returned(request: CallRequest, value: Any, *, worker: str) -> CallOutcome:
 
 def _exit_message(tool: str, exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
-        return f"tool {tool!r} called sys.exit({exc.code!r}) (SystemExit); the worker process was not stopped"
+        return (
+            f"tool {tool!r} called sys.exit({exc.code!r}) (SystemExit); the worker process was not "
+            "stopped"
+        )
     return f"tool {tool!r} raised {type(exc).__name__}{f': {exc}' if str(exc) else ''}"
 
 
@@ -365,7 +386,8 @@ def format_validation_error(tool: str, exc: pydantic.ValidationError) -> str:
         where = ".".join(str(p) for p in error["loc"])
         if not where and error["type"] == "string_unicode" and isinstance(error.get("input"), str):
             parts.append(
-                f"{_printable(error['input'])}: a field name that is not valid Unicode (a lone surrogate)"
+                f"{_printable(error['input'])}: a field name that is not valid Unicode (a lone "
+                "surrogate)"
             )
             continue
         parts.append(f"{_printable(where) or '(arguments)'}: {error['msg']}")

@@ -30,7 +30,9 @@ from executor.errors import ToolDefinitionError
 
 __all__ = ["FunctionSchema", "function_schema"]
 
-_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$")
+_SECTION = re.compile(
+    r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$"
+)
 _PARAM = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$")
 
 
@@ -51,7 +53,9 @@ class FunctionSchema:
     is_async: bool
 
 
-def function_schema(func: Callable[..., Any], *, name: str, description: str | None = None) -> FunctionSchema:
+def function_schema(
+    func: Callable[..., Any], *, name: str, description: str | None = None
+) -> FunctionSchema:
     """Build the schema of ``func``, registered as tool ``name``.
 
     Raises:
@@ -94,7 +98,9 @@ def _fields(
         signature = inspect.signature(func)
         hints = typing.get_type_hints(func, include_extras=True)
     except (NameError, TypeError, ValueError) as exc:
-        raise ToolDefinitionError(f"tool {name!r}: cannot read its signature or type hints: {exc}") from None
+        raise ToolDefinitionError(
+            f"tool {name!r}: cannot read its signature or type hints: {exc}"
+        ) from None
     fields: dict[str, tuple[Any, FieldInfo]] = {}
     for param in signature.parameters.values():
         where = f"tool {name!r}, parameter {param.name!r}"
@@ -106,7 +112,9 @@ def _fields(
         if param.kind is param.POSITIONAL_ONLY:
             raise ToolDefinitionError(f"{where}: is positional-only; tools are called by keyword")
         if param.name.startswith("_"):
-            raise ToolDefinitionError(f"{where}: names starting with '_' are not valid tool arguments")
+            raise ToolDefinitionError(
+                f"{where}: names starting with '_' are not valid tool arguments"
+            )
         if param.name not in hints:
             raise ToolDefinitionError(f"{where}: needs a type hint, e.g. `{param.name}: str`")
         annotation = hints[param.name]
@@ -114,7 +122,11 @@ def _fields(
         described = param.name in param_docs
         # Only set a description the docstring gives: Field(description=None) would
         # erase one from Annotated[..., Field(description=...)].
-        field = Field(default=default, description=param_docs[param.name]) if described else Field(default=default)
+        field = (
+            Field(default=default, description=param_docs[param.name])
+            if described
+            else Field(default=default)
+        )
         fields[param.name] = (annotation, field)
         try:
             # Fail here, at import, if pydantic cannot build a validator for this type.
@@ -129,15 +141,21 @@ def _fields(
             raise ToolDefinitionError(f"{where}: {exc.message}") from None
         except (TypeError, ValueError) as exc:
             # e.g. `model_config` or `model_dump`: names pydantic reserves for itself.
-            raise ToolDefinitionError(f"{where}: cannot be a tool argument ({exc}); rename it") from None
+            raise ToolDefinitionError(
+                f"{where}: cannot be a tool argument ({exc}); rename it"
+            ) from None
     return fields
 
 
-def _create_model(model_name: str, fields: dict[str, Any], *, config: ConfigDict | None = None) -> type[BaseModel]:
+def _create_model(
+    model_name: str, fields: dict[str, Any], *, config: ConfigDict | None = None
+) -> type[BaseModel]:
     with warnings.catch_warnings():
         # A parameter named like a BaseModel attribute (`schema`, `json`, `copy`) works:
         # the runner reads arguments by field name. pydantic's warning would only be noise.
-        warnings.filterwarnings("ignore", message=r"Field name .* shadows an attribute", category=UserWarning)
+        warnings.filterwarnings(
+            "ignore", message=r"Field name .* shadows an attribute", category=UserWarning
+        )
         return pydantic.create_model(model_name, __config__=config, **fields)
 
 

@@ -221,10 +221,11 @@ def _admit_call(
 
     ``refusal`` is :func:`~executor.runner.refuse_if_expired`'s answer. A call whose
     caller no longer waits is shed (:mod:`executor.callers`: one look per caller a third of
-    an interval). Otherwise it sends nothing to Redis for a plain call it let through (the worker's heartbeat records who runs
-    a plain call once it has run for a moment, :class:`executor.worker.Heartbeat`), but
-    on RabbitMQ, where a prefork child records who holds an at-most-once call before its
-    tool starts (:func:`executor.claims.hold`).
+    an interval). Otherwise it sends nothing to Redis for a plain call it let through
+    (the worker's heartbeat records who runs a plain call once it has run for a moment,
+    :class:`executor.worker.Heartbeat`), but on RabbitMQ, where a prefork child records
+    who holds an at-most-once call before its tool starts
+    (:func:`executor.claims.hold`).
     """
     tag = holder(worker)
     cancels.listen(settings)  # once per process, before its first call
@@ -245,9 +246,11 @@ def _admit_call(
         return None
     definition = get_tool(call.tool)
     if (
-        definition is not None and definition.spec.delivery == "at_most_once"
-        and in_pool_child() and holds_before_ack(settings, acks_late=False)
-    ):  # fmt: skip
+        definition is not None
+        and definition.spec.delivery == "at_most_once"
+        and in_pool_child()
+        and holds_before_ack(settings, acks_late=False)
+    ):
         hold(redis_client(settings), call.call_id, tag, interval=settings.heartbeat_interval)
     if call.handle:
         mark_running(call, worker=worker, settings=settings)
@@ -256,28 +259,39 @@ def _admit_call(
         return Admitted(call=call, definition=definition, holder=tag)
     client = redis_client(settings)
     ttl_ms = keys.call_ttl_ms(
-        "running", deadline=call.deadline, settings=settings,
+        "running",
+        deadline=call.deadline,
+        settings=settings,
         hard_timeout=definition.spec.hard_timeout if definition is not None else None,
-    )  # fmt: skip
+    )
     begun = _begin_patiently(
-        client, call, call.idempotency_key, tag=tag, worker=worker, ttl_ms=ttl_ms,
+        client,
+        call,
+        call.idempotency_key,
+        tag=tag,
+        worker=worker,
+        ttl_ms=ttl_ms,
         patience=settings.heartbeat_interval,
-    )  # fmt: skip
+    )
     if isinstance(begun, CallOutcome):
         finish(call, begun, settings=settings, store=False, holder=tag)
         return begun
     state, value, tag, key_lock = begun
     if state == "busy":
         logger.info(
-            "call %s of %s joined the delivery already running it", call.call_id, call.tool,
+            "call %s of %s joined the delivery already running it",
+            call.call_id,
+            call.tool,
             extra=call_log_fields(call.call_id, call.run_id, call.tool),
-        )  # fmt: skip
+        )
         return None
     if state == "stored":
         logger.info(
-            "call %s of %s answered from its stored outcome", call.call_id, call.tool,
+            "call %s of %s answered from its stored outcome",
+            call.call_id,
+            call.tool,
             extra=call_log_fields(call.call_id, call.run_id, call.tool),
-        )  # fmt: skip
+        )
         deliver_encoded(client, call, value, settings=settings, store=False, holder=tag)
         return CallOutcome.model_validate_json(value)
     open_progress(call, settings)  # report_progress() reaches the caller from now on
@@ -320,9 +334,12 @@ def _begin_patiently(
                 raise StoreUnavailable(_BEGIN_PATIENCE, exc) from exc
             if pause == FIRST_PAUSE:  # once per call, not per attempt
                 logger.warning(
-                    "could not begin call %s of %s (%s); trying again", call.call_id, call.tool,
-                    type(exc).__name__, extra=call_log_fields(call.call_id, call.run_id, call.tool),
-                )  # fmt: skip
+                    "could not begin call %s of %s (%s); trying again",
+                    call.call_id,
+                    call.tool,
+                    type(exc).__name__,
+                    extra=call_log_fields(call.call_id, call.run_id, call.tool),
+                )
             time.sleep(pause)
 
 
@@ -393,8 +410,11 @@ def _put_back_here(request: Any, *, wait: bool = True) -> bool | None:
     may_run = begin(getattr(request, COPY_KEY, None), wait=wait)
     if may_run is None or may_run:
         return None if may_run is None else False
-    logger.info("call %s: this copy does not run: it went back on its queue when the broker connection broke",
-                request.id)  # fmt: skip
+    logger.info(
+        "call %s: this copy does not run: it went back on its queue when the broker connection "
+        "broke",
+        request.id,
+    )
     return True
 
 
@@ -405,10 +425,14 @@ def register_tasks(app: Any, settings: Settings) -> None:
         # With TOOLEXEC_SIGNING_KEY, before anything trusts the fields (executor.seams.lockdown).
         info = getattr(request, "delivery_info", None) or {}
         return check_signature(
-            fields, settings=settings, worker=request.hostname or "", task_name=task_name,
-            signature=getattr(request, SIGNATURE_HEADER, None), headers=signed_headers_of(request),
+            fields,
+            settings=settings,
+            worker=request.hostname or "",
+            task_name=task_name,
+            signature=getattr(request, SIGNATURE_HEADER, None),
+            headers=signed_headers_of(request),
             queue=str(info.get("routing_key") or ""),
-        )  # fmt: skip
+        )
 
     def run_tool(self: Any, **fields: Any) -> None:
         if _put_back_here(self.request):
@@ -417,9 +441,11 @@ def register_tasks(app: Any, settings: Settings) -> None:
             return
         with call_span(self.request, fields) as span:
             outcome = run_call(
-                fields, settings=settings, worker=self.request.hostname or "",
+                fields,
+                settings=settings,
+                worker=self.request.hostname or "",
                 generation=getattr(self.request, GENERATION_KEY, None),
-            )  # fmt: skip
+            )
             span.record(outcome)
         # The outcome is delivered. A prefork child still running a tool past its hard
         # limit now leaves, and billiard starts a fresh one (executor.limits).
@@ -439,16 +465,23 @@ def register_tasks(app: Any, settings: Settings) -> None:
             return
         with call_span(request, fields) as span:
             outcome = await run_call_async(
-                fields, settings=settings, worker=request.hostname or "", offload=offload,
+                fields,
+                settings=settings,
+                worker=request.hostname or "",
+                offload=offload,
                 generation=getattr(request, GENERATION_KEY, None),
-            )  # fmt: skip
+            )
             span.record(outcome)
         _end_as_failure_if_failed(outcome)
 
     backend = ReplyBackend(app=app, settings=settings)
     common: dict[str, Any] = {
-        "bind": True, "ignore_result": True, "typing": False, "backend": backend,
-        "Request": request_class(settings), "run_async": run_tool_async,
+        "bind": True,
+        "ignore_result": True,
+        "typing": False,
+        "backend": backend,
+        "Request": request_class(settings),
+        "run_async": run_tool_async,
         # Refuse a malformed message as InvalidTaskError (dead-lettered by the consumer).
         "Strategy": "executor.seams.request:strategy",
         # Bound to this app's settings: never added to apps made later in the process.
@@ -457,7 +490,7 @@ def register_tasks(app: Any, settings: Settings) -> None:
         # Celery's events (Flower) show it failed; expected: logged at INFO, no traceback.
         "throws": (ToolCallFailed,),
         "on_failure": _forget_frames,
-    }  # fmt: skip
+    }
     app.task(name=TASK_AT_MOST_ONCE, acks_late=False, **common)(run_tool)
     app.task(
         name=TASK_AT_LEAST_ONCE,

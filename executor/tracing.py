@@ -115,7 +115,8 @@ def _call_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 def use_log_format(log_format: str) -> None:
-    """Format the worker's log records as ``log_format`` (``text`` or ``json``) once Celery sets them up."""
+    """Format the worker's log records as ``log_format`` (``text`` or ``json``) once
+    Celery sets them up."""
     global _format
     _format = log_format
 

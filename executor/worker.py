@@ -117,7 +117,10 @@ def redis_client_for_url(url: str) -> redis.Redis:
             client = _clients.get(key)
             if client is None:
                 client = redis.Redis.from_url(
-                    url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30,
+                    url,
+                    socket_timeout=10,
+                    socket_connect_timeout=5,
+                    health_check_interval=30,
                 )
                 _clients[key] = client
     return client
@@ -191,16 +194,19 @@ class Heartbeat:
         self._thread.start()
         logger.info(
             "toolexec worker %s serves %d tools on queues %s",
-            self.info.worker_id, len(self.info.tools), ",".join(self.info.queues),
+            self.info.worker_id,
+            len(self.info.tools),
+            ",".join(self.info.queues),
         )
         # Celery logs its own "ready" at INFO, below its default level (WARNING): say it
         # on stdout, as Celery prints its banner, whatever the level.
         if sys.__stdout__ is not None:
             print(
-                f"toolexec worker {self.info.worker_id} ready: queues {','.join(self.info.queues)}; "
-                f"tools {', '.join(self.info.tools) or '(none)'}",
-                file=sys.__stdout__, flush=True,
-            )  # fmt: skip
+                f"toolexec worker {self.info.worker_id} ready: queues "
+                f"{','.join(self.info.queues)}; tools {', '.join(self.info.tools) or '(none)'}",
+                file=sys.__stdout__,
+                flush=True,
+            )
 
     def beat(self) -> None:
         """Refresh this worker's heartbeat key once."""
@@ -211,9 +217,15 @@ class Heartbeat:
         # A call waiting for a free pool process is held with pid 0 (executor.seams.app).
         running = sum(1 for _, holder in held if parse_holder_tag(holder)[1])
         info = self.info.model_copy(
-            update={"running": running, "beat_at": shared_now(), "ignoring_cancel": self._ignoring_cancel()}
+            update={
+                "running": running,
+                "beat_at": shared_now(),
+                "ignoring_cancel": self._ignoring_cancel(),
+            }
         )
-        pipe.set(keys.worker(self.info.worker_id), info.model_dump_json(), px=int(self._interval * 1000))
+        pipe.set(
+            keys.worker(self.info.worker_id), info.model_dump_json(), px=int(self._interval * 1000)
+        )
         pipe.sadd(keys.WORKERS, self.info.worker_id)
         # Who holds each call this worker has taken: a client whose call waits that
         # long reads it to notice that this worker died.

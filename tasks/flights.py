@@ -176,9 +176,13 @@ def _ledger_row(values: tuple[Any, ...]) -> LedgerRow:
     """A row of :data:`_SELECT_ROWS` as a :class:`LedgerRow`."""
     booking_id, flight_id, passenger, created_at, call_id, idempotency_key = values
     return LedgerRow(
-        booking_id=booking_id, flight_id=flight_id, passenger=passenger,
-        created_at=created_at, call_id=call_id, idempotency_key=idempotency_key,
-    )  # fmt: skip
+        booking_id=booking_id,
+        flight_id=flight_id,
+        passenger=passenger,
+        created_at=created_at,
+        call_id=call_id,
+        idempotency_key=idempotency_key,
+    )
 
 
 @contextlib.contextmanager

@@ -111,14 +111,20 @@ def _nothing_left_unclosed() -> Iterator[None]:
             thread.join(5.0)  # a client closed under load may still be closing its loop
     running = [thread for thread in _io_threads() if thread not in before]
     if running:
-        pytest.fail(f"{len(running)} agent client(s) left running: close every ToolClient the module made", pytrace=False)
+        pytest.fail(
+            f"{len(running)} agent client(s) left running: close every ToolClient the module made",
+            pytrace=False,
+        )
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always", ResourceWarning)
         gc.collect()
         gc.collect()  # what the first collection's finalizers let go
     leaks = [warning for warning in seen if issubclass(warning.category, ResourceWarning)]
     if leaks:
-        pytest.fail("left to the garbage collector:\n" + "\n".join(_describe(w) for w in leaks), pytrace=False)
+        pytest.fail(
+            "left to the garbage collector:\n" + "\n".join(_describe(w) for w in leaks),
+            pytrace=False,
+        )
 
 
 def _io_threads() -> list[threading.Thread]:
@@ -127,7 +133,11 @@ def _io_threads() -> list[threading.Thread]:
 
 def _describe(warning: warnings.WarningMessage) -> str:
     made = tracemalloc.get_object_traceback(warning.source) if warning.source is not None else None
-    where = "\n".join(made.format()) if made is not None else "  (set PYTHONTRACEMALLOC=20 to see where it was made)"
+    where = (
+        "\n".join(made.format())
+        if made is not None
+        else "  (set PYTHONTRACEMALLOC=20 to see where it was made)"
+    )
     origin = getattr(warning.source, _ORIGIN, None)
     if isinstance(origin, str):  # an event loop: made where its policy saw it made
         where = "  made at:\n" + origin

@@ -1,4 +1,5 @@
-"""The ``toolexec`` command: ``worker``, ``tools``, ``call``, ``status``, ``mcp``, ``demo``, ``doctor``.
+"""The ``toolexec`` command: ``worker``, ``tools``, ``call``, ``status``, ``mcp``,
+``demo``, ``doctor``.
 
 Built with typer (help, usage errors, shell completion: ``toolexec --install-completion``)
 and rich (tables, the progress bar, ``status --watch``). Every command that prints
@@ -6,10 +7,11 @@ something a script reads takes ``--json``. Settings come from the ``TOOLEXEC_*``
 environment variables (README, "Configuration").
 
 Exit codes (:class:`~toolexec.commands.exits.ExitCode`): 0 done; 1 the tool raised (or
-the demo failed, or a doctor check failed); 2 bad arguments or usage; 3 timed out; 4 not found (no live worker
-serves the tool, or no live worker at all); 5 Redis or the broker unreachable; 6 the worker running
-the call died; 7 the outcome is unknown; 8 a ``TOOLEXEC_*`` setting is invalid; 130
-interrupted. A failure is one line on stderr (``toolexec: ...``), never a traceback.
+the demo failed, or a doctor check failed); 2 bad arguments or usage; 3 timed out; 4 not
+found (no live worker serves the tool, or no live worker at all); 5 Redis or the broker
+unreachable; 6 the worker running the call died; 7 the outcome is unknown; 8 a
+``TOOLEXEC_*`` setting is invalid; 130 interrupted. A failure is one line on stderr
+(``toolexec: ...``), never a traceback.
 
 This module holds the typer app: each command's options, help and a call to its body,
 which lives in :mod:`toolexec.commands` (``worker``, ``tools``, ``call``, ``status``,
@@ -45,7 +47,10 @@ __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="toolexec",
-    help="Run an LLM agent's tools on Celery workers: start workers, list and call tools, watch them.",
+    help=(
+        "Run an LLM agent's tools on Celery workers: start workers, list and call tools, watch "
+        "them."
+    ),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -68,7 +73,10 @@ def worker(
         typer.Option(
             "-Q",
             "--queues",
-            help="Queues to consume (comma-separated or repeated); default: every queue a tool names, and default.",
+            help=(
+                "Queues to consume (comma-separated or repeated); default: every queue a tool "
+                "names, and default."
+            ),
         ),
     ] = None,
     concurrency: Annotated[
@@ -92,14 +100,20 @@ def worker(
         typer.Option(
             "--metrics-host",
             metavar="HOST",
-            help="The address metrics listen on: 0.0.0.0 for a scraper in another container or host; default: TOOLEXEC_METRICS_HOST, else 127.0.0.1.",
+            help=(
+                "The address metrics listen on: 0.0.0.0 for a scraper in another container or "
+                "host; default: TOOLEXEC_METRICS_HOST, else 127.0.0.1."
+            ),
         ),
     ] = None,
     log_format: Annotated[
         LogFormat | None,
         typer.Option(
             "--log-format",
-            help="text (Celery's) or json (one object a line, with call_id, run_id and tool); default: TOOLEXEC_LOG_FORMAT, else text.",
+            help=(
+                "text (Celery's) or json (one object a line, with call_id, run_id and tool); "
+                "default: TOOLEXEC_LOG_FORMAT, else text."
+            ),
         ),
     ] = None,
     loglevel: Annotated[
@@ -128,10 +142,16 @@ def worker(
     naming its queues and tools, at any log level.
     """
     run_worker(
-        queues=queues or [], concurrency=concurrency, pool=pool, metrics_port=metrics_port,
-        metrics_host=metrics_host, log_format=log_format, loglevel=loglevel, hostname=hostname,
+        queues=queues or [],
+        concurrency=concurrency,
+        pool=pool,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        log_format=log_format,
+        loglevel=loglevel,
+        hostname=hostname,
         celery_args=celery_args or [],
-    )  # fmt: skip
+    )
 
 
 # -- tools ---------------------------------------------------------------------------
@@ -155,7 +175,10 @@ def call(
     arguments: Annotated[
         list[str] | None,
         typer.Argument(
-            help="The arguments: a JSON object, @FILE holding one, - for stdin, or key=value words (values parse as JSON when they can).",
+            help=(
+                "The arguments: a JSON object, @FILE holding one, - for stdin, or key=value words "
+                "(values parse as JSON when they can)."
+            ),
             show_default=False,
         ),
     ] = None,
@@ -164,7 +187,10 @@ def call(
         typer.Option(
             "--timeout",
             metavar="S|none",
-            help="Deadline in seconds, or 'none'; default: the tool's, else TOOLEXEC_DEFAULT_TIMEOUT.",
+            help=(
+                "Deadline in seconds, or 'none'; default: the tool's, else "
+                "TOOLEXEC_DEFAULT_TIMEOUT."
+            ),
         ),
     ] = None,
     run_id: Annotated[
@@ -184,9 +210,16 @@ def call(
     """
     with tool_client(Settings.from_env()) as client:
         call_tool(
-            client, name, arguments or [], timeout=timeout, run_id=run_id, as_json=as_json,
-            stdin=sys.stdin, out=sys.stdout, err=sys.stderr,
-        )  # fmt: skip
+            client,
+            name,
+            arguments or [],
+            timeout=timeout,
+            run_id=run_id,
+            as_json=as_json,
+            stdin=sys.stdin,
+            out=sys.stdout,
+            err=sys.stderr,
+        )
 
 
 # -- cancel --------------------------------------------------------------------------
@@ -194,7 +227,9 @@ def call(
 
 @app.command()
 def cancel(
-    call_id: Annotated[str, typer.Argument(help="The call's id (CallHandle.id).", show_default=False)],
+    call_id: Annotated[
+        str, typer.Argument(help="The call's id (CallHandle.id).", show_default=False)
+    ],
     as_json: JsonOption = False,
 ) -> None:
     """Cancel a call: a queued one never starts, a running one is stopped.
@@ -238,7 +273,7 @@ def status(
     Workers count calls as they end. "Timed out" is a call shed because it expired before it started, or stopped at its tool's hard limit; a call whose caller stopped waiting at its deadline while the tool ran on counts as done (or failed) when the tool finishes, since the worker cannot know that its caller left.
 
     Exits 5 when the queues' broker cannot be read, after showing the rest. With --worker only that worker's health decides: 4 when it is not live, else 0.
-    """
+    """  # noqa: E501
     show_status(
         Settings.from_env(), as_json=as_json, watch=watch, interval=interval, count=count, only=only
     )
@@ -260,7 +295,10 @@ def mcp(
         bool,
         typer.Option(
             "--approve-all",
-            help="Send calls of tools that require approval without asking the host (the operator approves them all).",
+            help=(
+                "Send calls of tools that require approval without asking the host (the operator "
+                "approves them all)."
+            ),
         ),
     ] = False,
 ) -> None:
@@ -333,7 +371,8 @@ def _status_of(code: object) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``toolexec`` command with ``argv`` (default: ``sys.argv[1:]``); return its exit code."""
+    """Run the ``toolexec`` command with ``argv`` (default: ``sys.argv[1:]``); return
+    its exit code."""
     if not logging.getLogger().handlers:
         # A one-shot command: the client's warnings (a lost connection it retries) would
         # add lines to the one that says what failed; errors still show.

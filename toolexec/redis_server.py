@@ -204,14 +204,26 @@ class RedisServer(_Process):
             argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
         else:
             argv = [self.binary, "--port", "0", "--tls-port", str(self.port), "--bind", "127.0.0.1"]
-            argv += ["--tls-cert-file", str(self.tls.cert_file), "--tls-key-file", str(self.tls.key_file)]
+            argv += [
+                "--tls-cert-file",
+                str(self.tls.cert_file),
+                "--tls-key-file",
+                str(self.tls.key_file),
+            ]
             argv += ["--tls-ca-cert-file", str(self.tls.ca_file)]
             argv += ["--tls-auth-clients", "yes" if self.tls.require_client_certs else "no"]
         if self.acl_file is not None:
             argv += ["--aclfile", str(self.acl_file)]
         elif self.password is not None:
             argv += ["--requirepass", self.password]
-        argv += ["--save", "", "--appendonly", "yes" if self.appendonly else "no", "--protected-mode", "no"]
+        argv += [
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--protected-mode",
+            "no",
+        ]
         argv += ["--dir", str(self.directory), "--daemonize", "no"]
         self._spawn(argv, env=None, cwd=self.directory)
         self._wait_for_ping()
@@ -225,7 +237,9 @@ class RedisServer(_Process):
                 assert self._proc is not None
                 if self._proc.poll() is not None:
                     code = self._proc.returncode
-                    if self.tls is not None and any(sign in self.log_tail() for sign in _NO_TLS_SIGNS):
+                    if self.tls is not None and any(
+                        sign in self.log_tail() for sign in _NO_TLS_SIGNS
+                    ):
                         raise self._fail(
                             f"{self.description} was built without TLS: serving TLS needs a "
                             "redis-server built with TLS on PATH, e.g. Debian's redis-server "

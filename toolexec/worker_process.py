@@ -32,18 +32,39 @@ def pool_env(pool: Pool) -> dict[str, str]:
 
 
 def celery_worker_argv(
-    app: str, *, name: str, pool: Pool, concurrency: int, queues: Sequence[str], loglevel: str = "WARNING"
+    app: str,
+    *,
+    name: str,
+    pool: Pool,
+    concurrency: int,
+    queues: Sequence[str],
+    loglevel: str = "WARNING",
 ) -> list[str]:
     """The ``celery worker`` command line toolexec's launchers use, for Celery app ``app``.
 
     ``pool="asyncio"`` becomes ``-P custom``; run it with :func:`pool_env` in the environment.
     """
     return [
-        sys.executable, "-m", "celery", "-A", app, "worker",
-        "-P", "custom" if pool == "asyncio" else pool, "-c", str(concurrency), "-Q", ",".join(queues),
-        "-n", f"{name}@%h", "--without-gossip", "--without-mingle",
-        "--without-heartbeat", "-l", loglevel,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        app,
+        "worker",
+        "-P",
+        "custom" if pool == "asyncio" else pool,
+        "-c",
+        str(concurrency),
+        "-Q",
+        ",".join(queues),
+        "-n",
+        f"{name}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-l",
+        loglevel,
+    ]
 
 
 class WorkerProcess(_Process):
@@ -95,9 +116,13 @@ class WorkerProcess(_Process):
     def argv(self) -> list[str]:
         """The command line that runs the worker."""
         return celery_worker_argv(
-            "executor", name=self.name, pool=self.pool, concurrency=self.concurrency,
-            queues=self.queues, loglevel=self.loglevel,
-        )  # fmt: skip
+            "executor",
+            name=self.name,
+            pool=self.pool,
+            concurrency=self.concurrency,
+            queues=self.queues,
+            loglevel=self.loglevel,
+        )
 
     def start(self, wait: bool = True, timeout: float = 30.0) -> Self:
         """Start the worker; with ``wait``, return once its heartbeat is in Redis.

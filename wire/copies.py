@@ -4,11 +4,12 @@ A call's message may be in more than one place over its life: the client pushes 
 (**push once**: a re-send after an unknown outcome cannot queue it twice); a worker whose
 connection breaks or that shuts down puts back the calls it had taken but not started
 (**put back**); the client's watchdog sends again a call whose worker died
-(**resend**: the fence first, then the copy, pushed once). Each copy sent again carries kombu's ``redelivered`` flag and its
-*generation* in front of the original envelope (:func:`sent_again`: the client's first
-resend is generation 1, a worker's put-back keeps the copy's own, 0 for the original),
-one spelling built the same way by both sides, so that the watchdog finds any copy in a
-queue's list by its exact text (``LPOS``).
+(**resend**: the fence first, then the copy, pushed once). Each copy sent again carries
+kombu's ``redelivered`` flag and its *generation* in front of the original envelope
+(:func:`sent_again`: the client's first resend is generation 1, a worker's put-back
+keeps the copy's own, 0 for the original), one spelling built the same way by both
+sides, so that the watchdog finds any copy in a queue's list by its exact text
+(``LPOS``).
 
 Which copy may start is the call's **fence** (:func:`wire.keys.fence`): absent, any
 copy; a number, only the copy of that generation (or a later one); ``x``, none, as the

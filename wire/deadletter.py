@@ -23,7 +23,12 @@ __all__ = ["deadletter_commands", "deadletter_entry"]
 
 
 def deadletter_entry(
-    reason: str, *, queue: str, payload: bytes | str | None, detail: str = "", call_id: str | None = None
+    reason: str,
+    *,
+    queue: str,
+    payload: bytes | str | None,
+    detail: str = "",
+    call_id: str | None = None,
 ) -> dict[str, Any]:
     """One entry: ``reason``, ``queue``, ``time``, ``sha256`` and ``size`` of the payload,
     ``detail``, ``call_id``, and the payload itself, base64-encoded and cut at

@@ -42,5 +42,9 @@ def too_deep(text: str | bytes, *, around: int = 0) -> bool:
     """Whether the JSON ``text`` nests deeper than :data:`MAX_DEPTH`, once ``around``
     levels that wrap the value measured (an outcome's object around its result) are
     taken off."""
-    opening = text.count("[") + text.count("{") if isinstance(text, str) else text.count(b"[") + text.count(b"{")
+    opening = (
+        text.count("[") + text.count("{")
+        if isinstance(text, str)
+        else text.count(b"[") + text.count(b"{")
+    )
     return opening > MAX_DEPTH + around and json_depth(text) > MAX_DEPTH + around

@@ -153,4 +153,3 @@ def redis_envelope(
             "properties": properties,
         },
     ).decode()
-

@@ -82,7 +82,9 @@ def _kind(exc: BaseException) -> str:
 def _alert(exc: BaseException) -> str:
     """The TLS alert about this client's certificate in ``exc``'s chain, or ``""``."""
     chain = _chain_text(exc)
-    return next((marker.removeprefix("alert ") for marker in _CLIENT_REFUSED[:-1] if marker in chain), "")
+    return next(
+        (marker.removeprefix("alert ") for marker in _CLIENT_REFUSED[:-1] if marker in chain), ""
+    )
 
 
 def explain(exc: BaseException) -> str:
@@ -92,7 +94,10 @@ def explain(exc: BaseException) -> str:
     if kind == "auth":
         return f"authentication failed: check the user name and password in the URL ({text})"
     if kind == "acl":
-        return f"the Redis user is not allowed this command or key (see docs/security.md for the ACL): {text}"
+        return (
+            "the Redis user is not allowed this command or key (see docs/security.md for the ACL): "
+            f"{text}"
+        )
     if kind == "certificate":
         return (
             "TLS certificate verify failed: the server's certificate is not signed by a CA this "
@@ -103,15 +108,20 @@ def explain(exc: BaseException) -> str:
         found = (
             f"the server refused this client's TLS certificate (its alert: {alert})"
             if alert
-            else "the server closed the TLS connection as it opened, as Redis does when it requires a client "
-            "certificate and gets none, or one it does not trust"
+            else (
+                "the server closed the TLS connection as it opened, as Redis does when it requires "
+                "a client certificate and gets none, or one it does not trust"
+            )
         )
         return (
-            f"{found}: set ssl_certfile and ssl_keyfile in the URL to a client certificate signed by a CA "
-            f"the server trusts, and its key ({text})"
+            f"{found}: set ssl_certfile and ssl_keyfile in the URL to a client certificate signed "
+            f"by a CA the server trusts, and its key ({text})"
         )
     if kind == "not-tls":
-        return f"TLS handshake failed: the server does not speak TLS on this port (use redis://, not rediss://) ({text})"
+        return (
+            "TLS handshake failed: the server does not speak TLS on this port (use redis://, not "
+            f"rediss://) ({text})"
+        )
     if kind == "handshake":
         return (
             "TLS handshake failed: check that the URL's scheme (rediss:// for TLS) matches the "
@@ -154,7 +164,10 @@ def tls_refusal(url: str, failure: str, *, timeout: float = 1.0) -> str | None:
         if query.get("ssl_certfile"):
             context.load_cert_chain(query["ssl_certfile"], query.get("ssl_keyfile"))
         address = (parts.hostname or "localhost", parts.port or 6379)
-        with socket.create_connection(address, timeout=timeout) as raw, context.wrap_socket(raw) as tls:
+        with (
+            socket.create_connection(address, timeout=timeout) as raw,
+            context.wrap_socket(raw) as tls,
+        ):
             tls.recv(1)
     except ssl.SSLError as exc:
         refused = redis.ConnectionError(str(exc))

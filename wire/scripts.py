@@ -98,7 +98,8 @@ class LuaScript:
         _by_sha[self.sha] = self
 
     def command(self, keys: Sequence[str], args: Sequence[Arg]) -> tuple[Arg, ...]:
-        """A run of the script as one raw command, for a pipeline: ``EVALSHA sha n keys... args...``."""
+        """A run of the script as one raw command, for a pipeline:
+        ``EVALSHA sha n keys... args...``."""
         return ("EVALSHA", self.sha, len(keys), *keys, *args)
 
     def run(self, client: redis.Redis, keys: Sequence[str], args: Sequence[Arg]) -> Any:

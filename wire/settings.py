@@ -125,8 +125,8 @@ class Settings(BaseModel):
     def _broker_url_is_redis_or_rabbitmq(cls, value: str) -> str:
         if not value.startswith(BROKER_SCHEMES):
             raise ValueError(
-                f"must be a Redis ({', '.join(REDIS_SCHEMES)}) or RabbitMQ ({', '.join(AMQP_SCHEMES)}) "
-                "URL: toolexec's client publishes to no other broker"
+                f"must be a Redis ({', '.join(REDIS_SCHEMES)}) or RabbitMQ "
+                f"({', '.join(AMQP_SCHEMES)}) URL: toolexec's client publishes to no other broker"
             )
         return value
 
@@ -141,9 +141,7 @@ class Settings(BaseModel):
     @classmethod
     def _signing_key_is_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and len(value.get_secret_value()) < MIN_KEY_CHARS:
-            raise ValueError(
-                f"must be at least {MIN_KEY_CHARS} characters (make one: {MAKE_KEY})"
-            )
+            raise ValueError(f"must be at least {MIN_KEY_CHARS} characters (make one: {MAKE_KEY})")
         return value
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
@@ -199,7 +197,9 @@ class Settings(BaseModel):
                 if field in ("broker_url", "redis_url") and isinstance(given, str):
                     given = _without_password(given)
                 shown = "a secret" if field == "signing_key" else repr(given)
-                problems.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')} (got {shown})")
+                problems.append(
+                    f"{name}: {str(error['msg']).removeprefix('Value error, ')} (got {shown})"
+                )
             raise ConfigurationError("invalid toolexec settings: " + "; ".join(problems)) from None
 
 

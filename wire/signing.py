@@ -82,7 +82,17 @@ def signed_bytes(
         ValueError: A field is not a JSON value (only a forged message has one).
     """
     signed_headers = [_signed_value(name, headers.get(name)) for name in SIGNED_HEADERS]
-    head = [_VERSION, task_name, call_id, tool, reply_to, deadline, run_id, idempotency_key, signed_headers]
+    head = [
+        _VERSION,
+        task_name,
+        call_id,
+        tool,
+        reply_to,
+        deadline,
+        run_id,
+        idempotency_key,
+        signed_headers,
+    ]
     try:
         encoded = json.dumps(head, separators=(",", ":"), allow_nan=False)
     except (TypeError, RecursionError) as exc:
@@ -127,10 +137,16 @@ def sign(
     ``headers`` are the task message's headers as they go on the wire.
     """
     message = signed_bytes(
-        task_name, call_id=call_id, tool=tool, reply_to=reply_to, deadline=deadline,
-        run_id=run_id, idempotency_key=idempotency_key, arguments_json=arguments_json,
+        task_name,
+        call_id=call_id,
+        tool=tool,
+        reply_to=reply_to,
+        deadline=deadline,
+        run_id=run_id,
+        idempotency_key=idempotency_key,
+        arguments_json=arguments_json,
         headers=headers,
-    )  # fmt: skip
+    )
     return hmac.digest(_key_bytes(key), message, "sha256").hex()
 
 
@@ -154,11 +170,16 @@ def verify(
     try:
         arguments_json = encode_arguments(fields.get("arguments", {}))
         message = signed_bytes(
-            task_name, call_id=fields.get("call_id"), tool=fields.get("tool"),
-            reply_to=fields.get("reply_to", ""), deadline=fields.get("deadline"),
-            run_id=fields.get("run_id"), idempotency_key=fields.get("idempotency_key"),
-            arguments_json=arguments_json, headers=headers,
-        )  # fmt: skip
+            task_name,
+            call_id=fields.get("call_id"),
+            tool=fields.get("tool"),
+            reply_to=fields.get("reply_to", ""),
+            deadline=fields.get("deadline"),
+            run_id=fields.get("run_id"),
+            idempotency_key=fields.get("idempotency_key"),
+            arguments_json=arguments_json,
+            headers=headers,
+        )
     except (ArgumentsNotJSON, ValueError, TypeError, RecursionError):
         return "signature_mismatch"
     expected = hmac.digest(_key_bytes(key), message, "sha256").hex()

@@ -115,7 +115,8 @@ class AmqpMessage:
 
 
 def amqp_message(envelope: str) -> AmqpMessage:
-    """The AMQP message of a call, read from its Redis envelope (:func:`wire.message.redis_envelope`)."""
+    """The AMQP message of a call, read from its Redis envelope
+    (:func:`wire.message.redis_envelope`)."""
     data = json.loads(envelope)
     properties = data["properties"]
     headers: dict[str, Any] = data["headers"]
@@ -172,9 +173,11 @@ class AmqpChannel:
             return
         self.close()
         connection = Connection(  # type: ignore[no-untyped-call]
-            self._url, connect_timeout=max(0.05, timeout), heartbeat=0,
+            self._url,
+            connect_timeout=max(0.05, timeout),
+            heartbeat=0,
             transport_options={"read_timeout": _SOCKET_TIMEOUT, "write_timeout": _SOCKET_TIMEOUT},
-        )  # fmt: skip
+        )
         try:
             connection.ensure_connection(max_retries=0)  # type: ignore[no-untyped-call]  # one attempt
             channel = connection.channel()  # type: ignore[no-untyped-call]
@@ -237,11 +240,18 @@ class AmqpChannel:
             try:
                 self._declare(message.queue)
                 producer.publish(  # type: ignore[no-untyped-call]
-                    message.body, exchange="", routing_key=message.queue, headers=message.headers,
-                    content_type="application/json", content_encoding="utf-8", delivery_mode=2,
-                    priority=0, correlation_id=message.correlation_id, reply_to=message.reply_to,
+                    message.body,
+                    exchange="",
+                    routing_key=message.queue,
+                    headers=message.headers,
+                    content_type="application/json",
+                    content_encoding="utf-8",
+                    delivery_mode=2,
+                    priority=0,
+                    correlation_id=message.correlation_id,
+                    reply_to=message.reply_to,
                     expiration=message.expiration(),
-                )  # fmt: skip
+                )
             except _AMQP_ERRORS as exc:
                 # The failed write may have gone out in part (unknown); nothing after it did.
                 why = _describe(exc)
@@ -366,11 +376,16 @@ class AmqpLane:
     async def send(self, batch: list[Send]) -> tuple[list[Send], bool]:
         """Publish ``batch`` once; ``(sends to publish again, whether to back off first)``."""
         try:
-            fates = await self._blocking(self._channel.publish, [item.call.envelope for item in batch])
+            fates = await self._blocking(
+                self._channel.publish, [item.call.envelope for item in batch]
+            )
         except Exception as exc:  # noqa: BLE001 - a bug must not stop every later send
-            logger.error("publishing a batch of %d calls failed: %s", len(batch), type(exc).__name__)
+            logger.error(
+                "publishing a batch of %d calls failed: %s", len(batch), type(exc).__name__
+            )
             fates = [Published("unknown", type(exc).__name__)] * len(batch)
         return self._settle(batch, fates)
+
     def _settle(self, batch: list[Send], fates: list[Published]) -> tuple[list[Send], bool]:
         """Apply each publish's fate; ``(sends to publish again, whether to back off)``."""
         again: list[Send] = []

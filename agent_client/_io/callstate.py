@@ -92,7 +92,9 @@ class CallState:
     seen_holder: bytes | None = None
     #: Resolved once Redis (or RabbitMQ) first confirmed the send: the call is queued,
     #: claimed or joined, and a submitted call's record written before it.
-    queued: concurrent.futures.Future[None] = field(default_factory=concurrent.futures.Future, repr=False)
+    queued: concurrent.futures.Future[None] = field(
+        default_factory=concurrent.futures.Future, repr=False
+    )
     _written_before: bool = field(default=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 

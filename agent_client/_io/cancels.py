@@ -1,13 +1,14 @@
 """A call's cancel, and a submitted call's record, on the client's I/O thread.
 
 **Cancel** (:func:`cancel`): in the Redis of the records, the call's entry in
-``toolexec:cancelled`` (a worker that takes any copy of it does not run it), its fence ``x`` (no copy sent again
-starts, ``wire.copies``) and a message on :data:`wire.keys.CANCELS`, which every worker
-process hears at once and which stops the call where it runs; then, on a Redis broker,
-its copies are taken off their queue (``LREM`` of each copy's exact text). A copy taken
-off is a call that never starts: its caller is told so at once (the caller of
-:func:`cancel` settles its outcome). A call already taken is ended by its worker: a
-queued one unrun, a running one once its tool has unwound, or its grace has passed.
+``toolexec:cancelled`` (a worker that takes any copy of it does not run it), its fence
+``x`` (no copy sent again starts, ``wire.copies``) and a message on
+:data:`wire.keys.CANCELS`, which every worker process hears at once and which stops the
+call where it runs; then, on a Redis broker, its copies are taken off their queue
+(``LREM`` of each copy's exact text). A copy taken off is a call that never starts: its
+caller is told so at once (the caller of :func:`cancel` settles its outcome). A call
+already taken is ended by its worker: a queued one unrun, a running one once its tool
+has unwound, or its grace has passed.
 
 **A submitted call's record** (``wire.handles``): what a process attached to it reads
 (:func:`read_record`), joins (:func:`join`) and, for an outcome the worker could not
@@ -40,7 +41,13 @@ def copies_of(envelope: str, generations: int) -> list[str]:
 
 
 async def cancel(
-    store: Link, broker: Link | None, *, call_id: str, queue: str, copies: Sequence[str], ttl_ms: int
+    store: Link,
+    broker: Link | None,
+    *,
+    call_id: str,
+    queue: str,
+    copies: Sequence[str],
+    ttl_ms: int,
 ) -> bool:
     """Cancel call ``call_id``; whether a copy of it was taken off its queue (it never starts).
 
@@ -81,9 +88,16 @@ async def end(
     kind = outcome.error.kind.value if outcome.error is not None else None
     command = END.command(
         [keys.handle(call_id), keys.handle_waiters(call_id)],
-        [status_of(outcome.ok, kind), outcome.model_dump_json(), f"{time.time():.3f}", handle_ttl * 1000,
-         reply_ttl, keys.reply(""), "1" if tell_sender else "0"],
-    )  # fmt: skip
+        [
+            status_of(outcome.ok, kind),
+            outcome.model_dump_json(),
+            f"{time.time():.3f}",
+            handle_ttl * 1000,
+            reply_ttl,
+            keys.reply(""),
+            "1" if tell_sender else "0",
+        ],
+    )
     (reply,) = await store.execute([command], timeout=TIMEOUT)
     if isinstance(reply, Refused | Unknown):
         raise NotSent(f"could not end the record of call {call_id}: {reply.error}")
@@ -94,7 +108,8 @@ async def join(store: Link, *, call_id: str, client_id: str, ttl_ms: int) -> tup
     """Attach to a submitted call: ``("unknown", "")``, ``("ended", outcome JSON)`` or
     ``("waiting", status)`` (its outcome's frame will come to ``client_id``'s reply list)."""
     command = JOIN.command(
-        [keys.handle(call_id), keys.handle_waiters(call_id)], [waiter_entry(client_id, call_id), ttl_ms]
+        [keys.handle(call_id), keys.handle_waiters(call_id)],
+        [waiter_entry(client_id, call_id), ttl_ms],
     )
     (reply,) = await store.execute([command], timeout=TIMEOUT)
     if isinstance(reply, Refused | Unknown):

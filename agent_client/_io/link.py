@@ -76,7 +76,9 @@ def backoff_after(pause: float) -> float:
 
 def is_transient(refusal: Refused) -> bool:
     """Whether a refused command may succeed if sent again (the server was not ready)."""
-    return isinstance(refusal.error, _TRANSIENT_ERRORS) or str(refusal.error).startswith(_TRANSIENT_CODES)
+    return isinstance(refusal.error, _TRANSIENT_ERRORS) or str(refusal.error).startswith(
+        _TRANSIENT_CODES
+    )
 
 
 class Link:
@@ -87,13 +89,21 @@ class Link:
     """
 
     def __init__(self, url: str) -> None:
-        tls: dict[str, Any] = {"connection_class": _TLSConnection} if url.startswith("rediss://") else {}
+        tls: dict[str, Any] = (
+            {"connection_class": _TLSConnection} if url.startswith("rediss://") else {}
+        )
         self._pool = redis.asyncio.ConnectionPool.from_url(
-            url, socket_connect_timeout=None, socket_timeout=None, retry=Retry(NoBackoff(), 0),
-            health_check_interval=0, **tls,
-        )  # fmt: skip
+            url,
+            socket_connect_timeout=None,
+            socket_timeout=None,
+            retry=Retry(NoBackoff(), 0),
+            health_check_interval=0,
+            **tls,
+        )
         self._tls = bool(tls)
-        self._cut_short = False  # a TLS connect was cancelled or timed out (close() says why it matters)
+        self._cut_short = (
+            False  # a TLS connect was cancelled or timed out (close() says why it matters)
+        )
         self._conn: Any = None
         self._lock = asyncio.Lock()
 
@@ -142,7 +152,11 @@ class Link:
             self._lock.release()
 
     async def _reload(
-        self, commands: Sequence[Sequence[Arg]], replies: list[Any], forgotten: list[int], ends: float
+        self,
+        commands: Sequence[Sequence[Arg]],
+        replies: list[Any],
+        forgotten: list[int],
+        ends: float,
     ) -> None:
         # The forgotten entries did not run: load their scripts and send them again. If
         # no connection comes, they stay refused as NOSCRIPT (they still did not run).
@@ -191,7 +205,10 @@ class Link:
                 for _ in commands:
                     try:
                         replies.append(await conn.read_response(disconnect_on_error=False))
-                    except (redis.exceptions.ResponseError, redis.exceptions.BusyLoadingError) as exc:
+                    except (
+                        redis.exceptions.ResponseError,
+                        redis.exceptions.BusyLoadingError,
+                    ) as exc:
                         if is_noscript(exc):
                             forgotten.append(len(replies))
                         replies.append(Refused(exc))

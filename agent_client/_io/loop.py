@@ -153,7 +153,9 @@ class IOThread:
     def _start(self) -> _Run:
         run = _Run(loop=asyncio.new_event_loop(), pid=os.getpid())
         started = threading.Event()
-        run.thread = threading.Thread(target=self._serve, args=(run, started), name=THREAD_NAME, daemon=True)
+        run.thread = threading.Thread(
+            target=self._serve, args=(run, started), name=THREAD_NAME, daemon=True
+        )
         self._runs[run.loop] = run
         run.thread.start()
         started.wait()
@@ -234,7 +236,9 @@ class IOThread:
             future.cancel()
             raise TimeoutError from None
 
-    async def run_async(self, work: Callable[[], Coroutine[Any, Any, T]], *, timeout: float | None) -> T:
+    async def run_async(
+        self, work: Callable[[], Coroutine[Any, Any, T]], *, timeout: float | None
+    ) -> T:
         """Run ``work()`` on the loop and await its result on the caller's loop.
 
         Raises:

@@ -50,7 +50,9 @@ class RedisLane:
 
     broker = "Redis"
 
-    def __init__(self, link: Link, *, claims_push: bool, forward: Callable[[list[Send]], None]) -> None:
+    def __init__(
+        self, link: Link, *, claims_push: bool, forward: Callable[[list[Send]], None]
+    ) -> None:
         self._link = link
         self._claims_push = claims_push
         self._forward = forward
@@ -142,7 +144,9 @@ def _refused(items: list[Send], reply: Refused) -> list[Send]:
         return items
     for item in items:
         tool = item.call.spec.name
-        error = BrokerUnavailable(f"Redis refused the call to {tool!r}: {_text(reply.error)}", tool=tool)
+        error = BrokerUnavailable(
+            f"Redis refused the call to {tool!r}: {_text(reply.error)}", tool=tool
+        )
         settle_from_thread([(item.future, None, error)])
     return []
 
@@ -156,9 +160,12 @@ def _claim_command(items: list[Send], *, push: bool) -> tuple[Arg, ...]:
         assert key is not None and call.claim_ttl_ms is not None
         names += [keys.claim(key), keys.state(key), keys.waiters(key), call.spec.queue]
         arguments += [
-            call.request.call_id, call.claim_ttl_ms, call.envelope,
-            waiter_entry(call.request.reply_to, call.request.call_id), "1" if push else "0",
-        ]  # fmt: skip
+            call.request.call_id,
+            call.claim_ttl_ms,
+            call.envelope,
+            waiter_entry(call.request.reply_to, call.request.call_id),
+            "1" if push else "0",
+        ]
     return CLAIM.command(names, arguments)
 
 

@@ -180,8 +180,8 @@ class ReplyRouter:
             if failing_since is None:
                 failing_since = time.monotonic()
                 logger.warning(
-                    "lost the connection to Redis while waiting for replies (%s); waiting calls keep "
-                    "waiting until their deadlines",
+                    "lost the connection to Redis while waiting for replies (%s); waiting calls "
+                    "keep waiting until their deadlines",
                     type(getattr(failed, "error", failed)).__name__,
                 )
             backoff = backoff_after(backoff)
@@ -207,7 +207,10 @@ class ReplyRouter:
                 outcome = CallOutcome.model_validate_json(body)
             except pydantic.ValidationError as exc:
                 outcome = CallOutcome.failure(
-                    call_id, ErrorKind.EXECUTION, "MalformedReply", f"the worker's reply did not parse: {exc}"
+                    call_id,
+                    ErrorKind.EXECUTION,
+                    "MalformedReply",
+                    f"the worker's reply did not parse: {exc}",
                 )
             settled.append((waiting.future, outcome, None))
         settle_from_thread(settled)

@@ -130,9 +130,10 @@ class Publisher:
                 # A claim on the broker's own Redis pushes in the same script; one made
                 # elsewhere comes back here, to be pushed on the broker's lane.
                 broker = RedisLane(
-                    self._io.link(url, "send"), claims_push=self._store_url == self._broker_url,
+                    self._io.link(url, "send"),
+                    claims_push=self._store_url == self._broker_url,
                     forward=self._accept,
-                )  # fmt: skip
+                )
             lane = self._lanes[url] = SendLane(self._io, url, broker, store_url=self._store_url)
             self._every_lane = (*self._every_lane, lane)
         return lane
@@ -213,7 +214,9 @@ class SendLane:
                 self.waiting_since, self.failing = None, True
                 note(self._queue, f"could not connect to {broker} at {where}: {exc}")
                 if not backoff:
-                    logger.warning("cannot connect to %s at %s; sending again until it answers", broker, where)
+                    logger.warning(
+                        "cannot connect to %s at %s; sending again until it answers", broker, where
+                    )
                 backoff = backoff_after(backoff)
                 self._drop_gone()
                 continue
@@ -231,7 +234,9 @@ class SendLane:
             again += unrecorded
             self.failing = failed
             if failed and not backoff:
-                logger.warning("%s at %s cannot take calls now; sending again until it does", broker, where)
+                logger.warning(
+                    "%s at %s cannot take calls now; sending again until it does", broker, where
+                )
             elif not failed and backoff:
                 logger.info("%s at %s takes calls again", broker, where)
             self._queue.extendleft(reversed(again))
@@ -255,12 +260,17 @@ class SendLane:
             replies = [None] * len(commands)
         unwritten: set[int] = set()
         for index, item in enumerate(waiting):
-            if any(r is None or isinstance(r, Refused | Unknown) for r in replies[2 * index : 2 * index + 2]):
+            if any(
+                r is None or isinstance(r, Refused | Unknown)
+                for r in replies[2 * index : 2 * index + 2]
+            ):
                 unwritten.add(id(item))
                 item.state.untake()
             else:
                 item.record = None  # written: the message may go
-        return [i for i in batch if id(i) not in unwritten], [i for i in batch if id(i) in unwritten]
+        return [i for i in batch if id(i) not in unwritten], [
+            i for i in batch if id(i) in unwritten
+        ]
 
     def _drop_gone(self) -> None:
         # While the broker is away, the calls whose callers gave up leave the queue.
@@ -323,7 +333,11 @@ class SendLane:
         try:
             replies = await link.execute(commands, timeout=_RELEASE_TIMEOUT)
         except NotSent as exc:
-            logger.warning("could not release %d unsent claims (%s); they expire with their TTL", len(items), exc)
+            logger.warning(
+                "could not release %d unsent claims (%s); they expire with their TTL",
+                len(items),
+                exc,
+            )
             return
         failed = sum(1 for r in replies if isinstance(r, Refused | Unknown))
         if failed:

@@ -33,7 +33,9 @@ async def give_up(store: Link, call_id: str, state: CallState) -> bool:
         NotSent: Redis did not take the fence (the call is looked at again next round).
     """
     seen = state.seen_holder or b""
-    command = GIVE_UP.command([keys.fence(call_id), keys.running(call_id)], [state.fence_ttl_ms, seen])
+    command = GIVE_UP.command(
+        [keys.fence(call_id), keys.running(call_id)], [state.fence_ttl_ms, seen]
+    )
     reply = (await store.execute([command], timeout=_TIMEOUT))[0]
     if isinstance(reply, Unknown | Refused):
         raise NotSent(f"could not give call {call_id} up: {reply.error}")
@@ -43,7 +45,9 @@ async def give_up(store: Link, call_id: str, state: CallState) -> bool:
     return False
 
 
-async def send_again(io: IOThread, store: Link, broker_url: str, call_id: str, state: CallState) -> bool:
+async def send_again(
+    io: IOThread, store: Link, broker_url: str, call_id: str, state: CallState
+) -> bool:
     """Send a lost at-least-once call again: its next generation, after the fence; whether sent.
 
     A joined call (no message of its own) claims again through the publisher; so does
@@ -62,14 +66,18 @@ async def send_again(io: IOThread, store: Link, broker_url: str, call_id: str, s
     # under its own sent marker.
     generation = state.resent + 1
     seen = state.seen_holder or b""
-    fence = RESEND.command([keys.fence(call_id), keys.running(call_id)], [generation, state.fence_ttl_ms, seen])
+    fence = RESEND.command(
+        [keys.fence(call_id), keys.running(call_id)], [generation, state.fence_ttl_ms, seen]
+    )
     reply = (await store.execute([fence], timeout=_TIMEOUT))[0]
     if isinstance(reply, Unknown | Refused) or not reply:
         if not isinstance(reply, Unknown | Refused):
             state.absent_since = None  # held since: not lost
         return False
     copy = sent_again(state.envelope, generation)
-    push = PUSH_ONCE.command([state.queue, keys.sent_copy(call_id, generation)], [state.fence_ttl_ms, copy])
+    push = PUSH_ONCE.command(
+        [state.queue, keys.sent_copy(call_id, generation)], [state.fence_ttl_ms, copy]
+    )
     reply = (await io.link(broker_url, "read").execute([push], timeout=_TIMEOUT))[0]
     if isinstance(reply, Unknown | Refused):
         return False  # the fence names it: the next round pushes it, once
@@ -80,9 +88,12 @@ async def send_again(io: IOThread, store: Link, broker_url: str, call_id: str, s
 async def dead_letter(store: Link, call_id: str, state: CallState) -> None:
     """Dead-letter an at-least-once call given up after its workers died on every delivery."""
     entry = deadletter_entry(
-        "worker_lost", queue=state.queue, payload=state.envelope, call_id=call_id,
+        "worker_lost",
+        queue=state.queue,
+        payload=state.envelope,
+        call_id=call_id,
         detail=f"its worker died on each of {state.resent + 1} deliveries (client watchdog)",
-    )  # fmt: skip
+    )
     try:
         replies = await store.execute(deadletter_commands(entry), timeout=_TIMEOUT)
     except NotSent:

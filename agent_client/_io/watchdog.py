@@ -34,11 +34,11 @@ while its worker could have answered.
 A lost call is sent again under the same key (at-least-once, until it has been sent
 ``TOOLEXEC_MAX_DELIVERIES`` times in all; then it is dead-lettered and its caller gets
 ``WorkerLost`` naming the attempts) or answered with ``WorkerLost`` (at-most-once); an
-idempotent call's claim is released first, so a retry in the run can claim it again. This works for calls with
-no deadline, and on every pool. An at-most-once call that left its queue unrecorded
-while no worker of its queue died (Redis lost it on its way to a worker in a restart,
-or lost its outcome) is answered ``ToolOutcomeUnknown`` instead: it may have run, and
-no worker was lost.
+idempotent call's claim is released first, so a retry in the run can claim it again.
+This works for calls with no deadline, and on every pool. An at-most-once call that left
+its queue unrecorded while no worker of its queue died (Redis lost it on its way to a
+worker in a restart, or lost its outcome) is answered ``ToolOutcomeUnknown`` instead: it
+may have run, and no worker was lost.
 
 **On RabbitMQ** a call that is neither held nor answered cannot be looked for in its
 queue: RabbitMQ cannot be searched for a message, but it delivers again by itself every
@@ -98,8 +98,8 @@ _DIED = "the worker running this call stopped beating"
 _VANISHED = "the call left its queue but no live worker holds it: the worker that took it died"
 _ORPHANED = "the execution this call joined was lost with its worker"
 _UNKNOWN = (
-    "the call left its queue, but no live worker holds it and no worker of its queue died: Redis lost it "
-    "on its way to a worker or lost its outcome (a restart?), so it may or may not have run"
+    "the call left its queue, but no live worker holds it and no worker of its queue died: Redis "
+    "lost it on its way to a worker or lost its outcome (a restart?), so it may or may not have run"
 )
 
 
@@ -123,11 +123,18 @@ class Watchdog:
     """
 
     def __init__(
-        self, router: ReplyRouter, io: IOThread, *, store_url: str, broker_url: str, interval: float,
-        writes: Writes, max_deliveries: int = 3,
+        self,
+        router: ReplyRouter,
+        io: IOThread,
+        *,
+        store_url: str,
+        broker_url: str,
+        interval: float,
+        writes: Writes,
+        max_deliveries: int = 3,
         worker_gone: Callable[[str, float], Awaitable[bool | None]] | None = None,
         beating_since: Callable[[str, float], Awaitable[bool]] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._router = router
         self._io = io
         self._store_url = store_url
@@ -147,7 +154,9 @@ class Watchdog:
         now = time.monotonic()
         lost: list[tuple[str, CallState, str]] = []
         seen = await self._holders(store, watched)
-        beats = await self._beats(store, [tag for look in seen for tag in (look.record, look.marker) if tag])
+        beats = await self._beats(
+            store, [tag for look in seen for tag in (look.record, look.marker) if tag]
+        )
 
         def beating(tag: bytes | str | None) -> bool:
             return tag is not None and beats.get(worker_id_of(tag)) is not None
@@ -159,7 +168,11 @@ class Watchdog:
             # A record its live worker no longer rewrites names a call that worker no longer
             # holds (it finished, or went back on its queue); one whose worker stopped
             # beating still names the worker that took the call and died with it.
-            record = look.record if look.record is not None and (look.fresh or not beating(look.record)) else None
+            record = (
+                look.record
+                if look.record is not None and (look.fresh or not beating(look.record))
+                else None
+            )
             if look.stored is not None:
                 # Its key's outcome is stored, but this call's frame never came (for a
                 # joined call: its worker died between storing and telling the waiters).
@@ -179,7 +192,9 @@ class Watchdog:
                 # agrees: a Redis restart can let every heartbeat lapse for a moment.
                 if beating(record if record is not None else look.marker):
                     state.absent_since = None
-                elif (state.resent and (record is None or not look.fresh)) or (record is not None and amqp):
+                elif (state.resent and (record is None or not look.fresh)) or (
+                    record is not None and amqp
+                ):
                     # The key's state, or a record no longer rewritten, names the worker that
                     # died with an earlier copy until a worker takes the copy sent again:
                     # that copy may still wait in its queue behind other calls. Lost only
@@ -222,9 +237,9 @@ class Watchdog:
     async def _holders(self, store: Link, watched: list[tuple[str, CallState]]) -> list[_Look]:
         # The record under the call's id is the heartbeat's, rewritten every third of an
         # interval while its worker holds the call; whether it is fresh (rewritten within
-        # an interval) is read beside it (check() says what a stale one means). The idempotency key's state,
-        # written when the call begins and not rewritten, tells a dead worker fast, and
-        # holds the outcome once it is stored.
+        # an interval) is read beside it (check() says what a stale one means). The
+        # idempotency key's state, written when the call begins and not rewritten, tells
+        # a dead worker fast, and holds the outcome once it is stored.
         names: list[Arg] = []
         for _, state in watched:
             names += state.running_keys
@@ -250,11 +265,13 @@ class Watchdog:
                 claim = bool(next(values))
             seen.append(
                 _Look(
-                    record=record, fresh=fresh, claim=claim,
+                    record=record,
+                    fresh=fresh,
+                    claim=claim,
                     marker=key_state.holder or None if key_state is not None else None,
                     stored=key_state.outcome if key_state is not None else None,
                 )
-            )  # fmt: skip
+            )
         return seen
 
     async def _beats(self, store: Link, holders: list[bytes | str]) -> dict[str, Any]:
@@ -278,7 +295,9 @@ class Watchdog:
         commands: list[tuple[Arg, ...]] = []
         looks: list[int] = []
         for _, state in unplaced:
-            texts = [state.pushed] if state.resent else [state.pushed, sent_again(state.envelope, 0)]
+            texts = (
+                [state.pushed] if state.resent else [state.pushed, sent_again(state.envelope, 0)]
+            )
             commands += [("LPOS", state.queue, text, "RANK", -1) for text in texts]
             looks.append(len(texts))
         positions = iter(await broker.execute(commands, timeout=_TIMEOUT))
@@ -290,8 +309,10 @@ class Watchdog:
         return placed
 
     async def _lost(self, store: Link, call_id: str, state: CallState, why: str) -> None:
-        if why == _VANISHED and self._beating_since is not None and not await self._beating_since(
-            state.queue, state.absent_epoch
+        if (
+            why == _VANISHED
+            and self._beating_since is not None
+            and not await self._beating_since(state.queue, state.absent_epoch)
         ):
             # A worker of its queue has not beaten since the call was first missed: it may
             # hold the call and not have recorded it yet (its heartbeat stalled: a tool
@@ -301,7 +322,9 @@ class Watchdog:
         if state.delivery == "at_least_once":
             if state.resent + 1 < self._max_deliveries:
                 if await send_again(self._io, store, self._broker_url, call_id, state):
-                    logger.warning("call %s is lost (%s); sending it again under the same key", call_id, why)
+                    logger.warning(
+                        "call %s is lost (%s); sending it again under the same key", call_id, why
+                    )
                     state.resent += 1
                     state.since, state.absent_since = time.monotonic(), None
                 return
@@ -387,7 +410,10 @@ async def _queued_on_amqp(store: Link, unplaced: list[tuple[str, CallState]]) ->
 
 async def _mget(store: Link, names: list[str]) -> list[Any] | None:
     reply = (await store.execute([("MGET", *names)], timeout=_TIMEOUT))[0]
-    if isinstance(reply, Unknown | Refused) or not isinstance(reply, list) or len(reply) != len(names):
+    if (
+        isinstance(reply, Unknown | Refused)
+        or not isinstance(reply, list)
+        or len(reply) != len(names)
+    ):
         return None
     return reply
-

@@ -41,7 +41,15 @@ from typing import Any as _Any
 if _TYPE_CHECKING:
     from agent_client.errors import ToolCancelled
 
-__all__ = ["ADAPTERS", "MissingExtra", "RUN_ID_FIELDS", "adapter", "carried_run_id", "cancelled_text", "require"]
+__all__ = [
+    "ADAPTERS",
+    "MissingExtra",
+    "RUN_ID_FIELDS",
+    "adapter",
+    "carried_run_id",
+    "cancelled_text",
+    "require",
+]
 
 #: Each framework's adapter: its module and the function that turns a proxy into the
 #: framework's tool.
@@ -78,8 +86,8 @@ def require(module: str, *, extra: str, framework: str) -> _ModuleType:
         return importlib.import_module(module)
     except ImportError as exc:
         raise MissingExtra(
-            f"{framework} support needs the toolexec[{extra}] extra: pip install 'toolexec[{extra}]' "
-            f"(could not import {module!r}: {exc})"
+            f"{framework} support needs the toolexec[{extra}] extra: pip install "
+            f"'toolexec[{extra}]' (could not import {module!r}: {exc})"
         ) from exc
 
 

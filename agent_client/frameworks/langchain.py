@@ -92,7 +92,13 @@ from langchain_core.tools import StructuredTool, ToolException
 if TYPE_CHECKING:
     from agent_client.remote import RemoteTool
 
-__all__ = ["ApprovalUnavailable", "RUN_ID_KEY", "TOOL_PROGRESS", "langchain_run_id", "langchain_tool"]
+__all__ = [
+    "ApprovalUnavailable",
+    "RUN_ID_KEY",
+    "TOOL_PROGRESS",
+    "langchain_run_id",
+    "langchain_tool",
+]
 
 #: The ``configurable`` key that names the toolexec run explicitly.
 RUN_ID_KEY = "toolexec_run_id"
@@ -145,7 +151,9 @@ def langchain_tool(remote: RemoteTool) -> StructuredTool:
         with _shown_to_the_model():
             _approve(remote, arguments)
             result = await remote.invoke(
-                arguments, run_id=langchain_run_id(_toolexec_config), on_progress=_graph_progress(remote)
+                arguments,
+                run_id=langchain_run_id(_toolexec_config),
+                on_progress=_graph_progress(remote),
             )
         return _content(result), result
 
@@ -153,7 +161,9 @@ def langchain_tool(remote: RemoteTool) -> StructuredTool:
         with _shown_to_the_model():
             _approve(remote, arguments)
             result = remote.invoke_sync(
-                arguments, run_id=langchain_run_id(_toolexec_config), on_progress=_graph_progress(remote)
+                arguments,
+                run_id=langchain_run_id(_toolexec_config),
+                on_progress=_graph_progress(remote),
             )
         return _content(result), result
 
@@ -209,12 +219,17 @@ def _approve(remote: RemoteTool, arguments: dict[str, Any]) -> None:
         "tool_call_id": call_id or "",
         "name": remote.name,
         "args": arguments,
-        "description": f"Tool execution requires approval\n\nTool: {remote.name}\nArgs: {json.dumps(arguments)}",
+        "description": (
+            f"Tool execution requires approval\n\nTool: {remote.name}\nArgs: "
+            f"{json.dumps(arguments)}"
+        ),
     }
     try:
         decision = interrupt(request)
     except (RuntimeError, KeyError) as exc:  # outside a runnable context, or outside a graph
-        raise ApprovalUnavailable(_unavailable(remote.name, f"{type(exc).__name__}: {exc}")) from exc
+        raise ApprovalUnavailable(
+            _unavailable(remote.name, f"{type(exc).__name__}: {exc}")
+        ) from exc
     kind = decision.get("type") if isinstance(decision, dict) else None
     if kind == "approve":
         return
@@ -224,10 +239,12 @@ def _approve(remote: RemoteTool, arguments: dict[str, Any]) -> None:
             f"{{'type': 'reject', 'message': '...'}}; got {decision!r}"
         )
     if reason := decision.get("message"):
-        raise ToolException(f"User rejected the tool call for `{remote.name}` with reason: {reason}")
+        raise ToolException(
+            f"User rejected the tool call for `{remote.name}` with reason: {reason}"
+        )
     raise ToolException(
-        f"User rejected the tool call for `{remote.name}` with id {call_id}. The tool was not executed. "
-        "Do not retry this tool call unless the user explicitly requests it."
+        f"User rejected the tool call for `{remote.name}` with id {call_id}. The tool was not "
+        "executed. Do not retry this tool call unless the user explicitly requests it."
     )
 
 
@@ -240,7 +257,8 @@ def _unavailable(tool: str, why: str) -> str:
 
 
 def _graph_progress(remote: RemoteTool) -> ProgressCallback | None:
-    """The ``on_progress`` that writes to the graph's custom stream and beats, or None outside one."""
+    """The ``on_progress`` that writes to the graph's custom stream and beats, or None
+    outside one."""
     runtime = _langgraph_runtime()
     if runtime is None:
         return None

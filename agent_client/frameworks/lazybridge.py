@@ -346,7 +346,8 @@ def _recording(exec_tool: _ExecTool) -> _ExecTool:
 
 
 def record_tool_calls() -> None:
-    """Remember each ``LLMEngine`` tool call's session, run, id and gate (idempotent; done on import)."""
+    """Remember each ``LLMEngine`` tool call's session, run, id and gate (idempotent;
+    done on import)."""
     if not getattr(LLMEngine._exec_tool, _RECORDING, False):
         LLMEngine._exec_tool = _recording(LLMEngine._exec_tool)  # type: ignore[method-assign]
 

@@ -114,9 +114,9 @@ def locus_tool(remote: RemoteTool, *, approvals: ApprovalStore | None = None) ->
 
     if remote.requires_approval and approvals is None:
         raise ValueError(
-            f"tool {remote.name!r} requires approval: pass as_locus(approvals=...) a locus ApprovalStore "
-            "(locus.control.InMemoryApprovals(), FileApprovals(path), ...) where the decisions are "
-            "recorded, or override requires_approval=False for this proxy"
+            f"tool {remote.name!r} requires approval: pass as_locus(approvals=...) a locus "
+            "ApprovalStore (locus.control.InMemoryApprovals(), FileApprovals(path), ...) where the "
+            "decisions are recorded, or override requires_approval=False for this proxy"
         )
 
     async def call(**arguments: Any) -> Any:
@@ -183,7 +183,9 @@ async def _unless_run_cancelled(work: Awaitable[T], signal: threading.Event | No
             task.cancel()
             await asyncio.wait({task})
     if task.cancelled():
-        raise ToolCancelled(tool, f"the call to {tool!r} was cancelled: its locus run was cancelled")
+        raise ToolCancelled(
+            tool, f"the call to {tool!r} was cancelled: its locus run was cancelled"
+        )
     return task.result()  # it ended as the signal came
 
 
@@ -196,7 +198,9 @@ def _gated(tool: Tool, approvals: ApprovalStore | None) -> Tool:
 
     gated = gate_tool(
         tool,
-        policy=ControlPolicy(require_verification_score=0.0, require_human_for=frozenset({APPROVAL_LABEL})),
+        policy=ControlPolicy(
+            require_verification_score=0.0, require_human_for=frozenset({APPROVAL_LABEL})
+        ),
         action=action,
         on_refusal="interrupt",
         approval=approvals,

@@ -191,7 +191,12 @@ def _progress_spans(tool: str, ctx: ToolContext[Any]) -> ProgressCallback | None
     sensitive = ctx.run_config is None or ctx.run_config.trace_include_sensitive_data
 
     def record(event: ProgressEvent) -> None:
-        data: dict[str, Any] = {"tool": tool, "call_id": ctx.tool_call_id, "done": event.done, "total": event.total}
+        data: dict[str, Any] = {
+            "tool": tool,
+            "call_id": ctx.tool_call_id,
+            "done": event.done,
+            "total": event.total,
+        }
         if sensitive:
             data["message"] = event.message
         span = custom_span(TOOL_PROGRESS, data, parent=parent)

@@ -152,7 +152,8 @@ def pydantic_ai_tool(remote: RemoteTool, *, max_retries: int = MAX_RETRIES) -> T
 
 
 def failure_message(remote: RemoteTool, error: RemoteToolError) -> str:
-    """The text the model is shown for ``error``: its message, with a hint for timeouts and cancels."""
+    """The text the model is shown for ``error``: its message, with a hint for timeouts
+    and cancels."""
     if isinstance(error, ToolCancelled):
         return cancelled_text(error)
     if not isinstance(error, ToolTimeoutError):
@@ -171,7 +172,9 @@ def _emitter(ctx: RunContext[Any]) -> Callable[[ProgressEvent], Awaitable[None]]
         if silent:
             return
         try:
-            await ctx.emit(RemoteToolProgress(done=event.done, total=event.total, message=event.message))
+            await ctx.emit(
+                RemoteToolProgress(done=event.done, total=event.total, message=event.message)
+            )
         except UserError:  # this RunContext has no event stream (nothing to tell)
             silent = True
 

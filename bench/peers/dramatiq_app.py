@@ -66,10 +66,17 @@ def setup() -> None:
 def worker_argv() -> list[str]:
     """The worker's command line."""
     return [
-        sys.executable, "-m", "dramatiq", f"{__name__}:setup",
-        "--processes", str(PROCESSES), "--threads", str(THREADS),
-        "--queues", names.DRAMATIQ_QUEUE,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "dramatiq",
+        f"{__name__}:setup",
+        "--processes",
+        str(PROCESSES),
+        "--threads",
+        str(THREADS),
+        "--queues",
+        names.DRAMATIQ_QUEUE,
+    ]
 
 
 def describe() -> tuple[str, str, str]:

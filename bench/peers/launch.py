@@ -37,14 +37,21 @@ def peers(bench: Bench) -> Iterator[list[Side]]:
         yield [
             stack.enter_context(_dramatiq(bench)),
             stack.enter_context(
-                _asyncio_peer(bench, "arq", arq_app.describe(), arq_app.Client.open,
-                              arq_app.worker_argv())
+                _asyncio_peer(
+                    bench, "arq", arq_app.describe(), arq_app.Client.open, arq_app.worker_argv()
+                )
             ),
             stack.enter_context(
-                _asyncio_peer(bench, "taskiq", taskiq_app.describe(), taskiq_app.Client.open,
-                              taskiq_app.worker_argv(), stop_timeout=taskiq_app.STOP_TIMEOUT)
+                _asyncio_peer(
+                    bench,
+                    "taskiq",
+                    taskiq_app.describe(),
+                    taskiq_app.Client.open,
+                    taskiq_app.worker_argv(),
+                    stop_timeout=taskiq_app.STOP_TIMEOUT,
+                )
             ),
-        ]  # fmt: skip
+        ]
 
 
 @contextlib.contextmanager
@@ -64,9 +71,13 @@ def _dramatiq(bench: Bench) -> Iterator[Side]:
         with bench.process("dramatiq", dramatiq_app.worker_argv(), ready) as process:
             label, worker, how = dramatiq_app.describe()
             yield Side(
-                label=label, kind="peer", worker=worker, client=how, pid=process.pid,
+                label=label,
+                kind="peer",
+                worker=worker,
+                client=how,
+                pid=process.pid,
                 calls=sync_calls(client.send, lambda message: client.wait(message, _TIMEOUT)),
-            )  # fmt: skip
+            )
     finally:
         client.close()
 
@@ -101,8 +112,12 @@ def _asyncio_peer(
         with bench.process(name, argv, ready, stop_timeout=stop_timeout) as process:
             label, worker, how = described
             yield Side(
-                label=label, kind="peer", worker=worker, client=how, pid=process.pid,
+                label=label,
+                kind="peer",
+                worker=worker,
+                client=how,
+                pid=process.pid,
                 calls=async_calls(bench.run, call_at),
-            )  # fmt: skip
+            )
     finally:
         bench.run(client.aclose())

@@ -135,9 +135,14 @@ def rate_table(
         fastest = max(peer, key=lambda label: by[label])
         best = max(by[label] for label in toolexec)
         rows.append(
-            (f"{level:,}", count(block(level)), *(rate(by[label]) for label in kinds),
-             fastest, ratio(best / by[fastest]))
-        )  # fmt: skip
+            (
+                f"{level:,}",
+                count(block(level)),
+                *(rate(by[label]) for label in kinds),
+                fastest,
+                ratio(best / by[fastest]),
+            )
+        )
     return Table(
         columns=(
             "in flight",
@@ -158,9 +163,14 @@ def cpu_table(cpu: Mapping[int, Mapping[str, float]], kinds: Mapping[str, Kind])
         leanest = min(peer, key=lambda label: by[label])
         best = min(by[label] for label in toolexec)
         rows.append(
-            (f"{level:,}", *(f"{by[label] * 1e6:.0f}" for label in kinds), leanest,
-             ratio(best / by[leanest]), ratio(best / by[floor]))
-        )  # fmt: skip
+            (
+                f"{level:,}",
+                *(f"{by[label] * 1e6:.0f}" for label in kinds),
+                leanest,
+                ratio(best / by[leanest]),
+                ratio(best / by[floor]),
+            )
+        )
     return Table(
         columns=(
             "in flight",

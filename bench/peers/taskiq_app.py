@@ -84,10 +84,18 @@ def __getattr__(name: str) -> Any:
 def worker_argv() -> list[str]:
     """The worker's command line (``--log-level WARNING``: it logs every task at INFO)."""
     return [
-        sys.executable, "-m", "taskiq", "worker", f"{__name__}:broker",
-        "--workers", str(WORKERS), "--max-async-tasks", str(MAX_ASYNC_TASKS),
-        "--log-level", "WARNING",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "taskiq",
+        "worker",
+        f"{__name__}:broker",
+        "--workers",
+        str(WORKERS),
+        "--max-async-tasks",
+        str(MAX_ASYNC_TASKS),
+        "--log-level",
+        "WARNING",
+    ]
 
 
 def describe() -> tuple[str, str, str]:

@@ -141,8 +141,16 @@ def run(bench: Bench) -> ScenarioResult:
         if side.pool != "asyncio" and measured[side.name].failure is None
     ]
     best_time, best_name = min(stock) if stock else (math.nan, "none")
-    columns = ("side", "tool", "concurrency", "calls", "wall s", f"wall s for {n:,} calls",
-               "peak threads", "worker CPU ms per call")  # fmt: skip
+    columns = (
+        "side",
+        "tool",
+        "concurrency",
+        "calls",
+        "wall s",
+        f"wall s for {n:,} calls",
+        "peak threads",
+        "worker CPU ms per call",
+    )
     return ScenarioResult(
         number=NUMBER,
         title=TITLE,
@@ -163,17 +171,18 @@ def run(bench: Bench) -> ScenarioResult:
         ],
         notes=[
             (
-                f"Every call waits {_AWAIT_MS} ms: awaits it (`async_sleep_ms`), or sleeps it in a def "
-                f"tool where the tool column says so (`blocking_sleep_ms`); all {n:,} are sent at once "
-                "from one client process."
+                f"Every call waits {_AWAIT_MS} ms: awaits it (`async_sleep_ms`), or sleeps it in a "
+                f"def tool where the tool column says so (`blocking_sleep_ms`); all {n:,} are sent "
+                "at once from one client process."
             ),
             (
-                f"Prefork -c 2 makes {bench.sizes.async_prefork_calls} calls; its time for {n:,} is "
-                f"{n:,}/{bench.sizes.async_prefork_calls} times that."
+                f"Prefork -c 2 makes {bench.sizes.async_prefork_calls} calls; its time for {n:,} "
+                f"is {n:,}/{bench.sizes.async_prefork_calls} times that."
             ),
             (
-                "Threads are the OS threads of the worker's processes (the main process and its pool "
-                f"children), sampled every {_SAMPLE * 1000:g} ms; CPU is theirs too, from /proc."
+                "Threads are the OS threads of the worker's processes (the main process and its "
+                f"pool children), sampled every {_SAMPLE * 1000:g} ms; CPU is theirs too, from "
+                "/proc."
             ),
             (
                 f"Best stock Celery pool for the same wait: {best_name}, {best_time:.2f} s for "

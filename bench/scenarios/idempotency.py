@@ -106,6 +106,9 @@ def run(bench: Bench) -> ScenarioResult:
             )
         ],
         notes=[
-            f"{sizes.rounds} alternated rounds of {sizes.idempotent_pairs} dispatches or pairs; one run_scope() per block."
+            (
+                f"{sizes.rounds} alternated rounds of {sizes.idempotent_pairs} dispatches or "
+                "pairs; one run_scope() per block."
+            )
         ],
     )

@@ -63,7 +63,8 @@ def run(bench: Bench) -> ScenarioResult:
         stack.callback(lambda: bench.run(floor.aclose()))
         sides.append(
             Side(
-                label=_FLOOR, kind="floor",
+                label=_FLOOR,
+                kind="floor",
                 worker="bench.redis_rpc: one process, BRPOP a request, LPUSH its reply",
                 client=(
                     "LPUSH + BRPOP one at a time; with N in flight N coroutines, LPUSH "
@@ -75,7 +76,7 @@ def run(bench: Bench) -> ScenarioResult:
                     block=async_calls(bench.run, lambda _: lambda: floor.call(_TIMEOUT)).block,
                 ),
             )
-        )  # fmt: skip
+        )
         return _measure(bench, sides)
 
 
@@ -86,14 +87,16 @@ def _own_sides(bench: Bench) -> Iterator[list[Side]]:
     noop = bench.tool("noop")
     sides = [
         Side(
-            label=f"toolexec ({shared})", kind="toolexec",
+            label=f"toolexec ({shared})",
+            kind="toolexec",
             worker=f"the shared toolexec worker, {shared}",
             client="`await tool.invoke()`; N coroutines",
             pid=bench.shared_toolexec.pid if bench.shared_toolexec else None,
             calls=async_calls(bench.run, lambda _: lambda: noop.invoke({}, timeout=_TIMEOUT)),
         ),
         Side(
-            label=f"raw Celery ({shared})", kind="raw",
+            label=f"raw Celery ({shared})",
+            kind="raw",
             worker=f"the shared plain Celery worker, {shared}, Celery's defaults (prefetch ×4)",
             client="`send_task()`; a window of N in one thread; `.get()` (Redis result backend)",
             pid=bench.shared_raw.pid if bench.shared_raw else None,
@@ -102,7 +105,7 @@ def _own_sides(bench: Bench) -> Iterator[list[Side]]:
                 lambda result: result.get(timeout=_TIMEOUT),
             ),
         ),
-    ]  # fmt: skip
+    ]
     second, concurrency = bench.sizes.throughput_pool, bench.sizes.throughput_pool_concurrency
     if second is None or second == bench.options.pool:
         yield sides
@@ -114,13 +117,14 @@ def _own_sides(bench: Bench) -> Iterator[list[Side]]:
         sides.insert(
             1,
             Side(
-                label=f"toolexec ({second} -c {concurrency})", kind="toolexec",
+                label=f"toolexec ({second} -c {concurrency})",
+                kind="toolexec",
                 worker=f"a toolexec worker of its own, {second} -c {concurrency}",
                 client="`await tool.invoke()`; N coroutines",
                 pid=worker.pid,
                 calls=async_calls(bench.run, lambda _: lambda: other.invoke({}, timeout=_TIMEOUT)),
             ),
-        )  # fmt: skip
+        )
         yield sides
 
 

@@ -83,8 +83,9 @@ def run(bench: Bench) -> ScenarioResult:
     top = max(bench.sizes.command_in_flight)
     idem = measured[(_IDEMPOTENT, top)]
     submitted = "; ".join(
-        f"{level:,} in flight {measured[(_PLAIN, level)]:.2f} plain, {measured[(_SUBMITTED, level)]:.2f} "
-        f"submitted (+{measured[(_SUBMITTED, level)] - measured[(_PLAIN, level)]:.2f})"
+        f"{level:,} in flight {measured[(_PLAIN, level)]:.2f} plain, "
+        f"{measured[(_SUBMITTED, level)]:.2f} submitted "
+        f"(+{measured[(_SUBMITTED, level)] - measured[(_PLAIN, level)]:.2f})"
         for level in bench.sizes.command_in_flight
     )
     return ScenarioResult(
@@ -125,8 +126,8 @@ def run(bench: Bench) -> ScenarioResult:
                 f"{measured[(_PLAIN, top)]:.2f} commands per call."
             ),
             (
-                f"A submitted no-op beside the plain one (its record, marked running and ended): {submitted} "
-                "commands per call."
+                "A submitted no-op beside the plain one (its record, marked running and ended): "
+                f"{submitted} commands per call."
             ),
         ],
     )

@@ -6,10 +6,11 @@ on the same broker, pool and concurrency; the floor is an LPUSH of a request and
 BRPOP of its reply, with a server that does nothing else. Beside the plain call, a
 submitted one (``tool.submit({}).result_sync()``: the same call with a record another
 process can attach to), and the ratio of their medians; and ``submit()`` alone, which
-returns once the call is durably queued (the latency a sender pays before it may exit). toolexec is also measured on a
-second pool (``Sizes.throughput_pool``: the asyncio pool, ``-c`` as in scenario 2) by a
-worker of its own, the same sync call to the same no-op, its blocks alternated with the
-others; over RabbitMQ (``--broker amqp``) only the shared pool is measured.
+returns once the call is durably queued (the latency a sender pays before it may exit).
+toolexec is also measured on a second pool (``Sizes.throughput_pool``: the asyncio pool,
+``-c`` as in scenario 2) by a worker of its own, the same sync call to the same no-op,
+its blocks alternated with the others; over RabbitMQ (``--broker amqp``) only the shared
+pool is measured.
 """
 
 from __future__ import annotations
@@ -130,16 +131,19 @@ def _measure(bench: Bench, second: str | None) -> ScenarioResult:
             ),
         ],
         notes=[
-            f"{bench.sizes.rounds} rounds of {n} calls per side, one block of each side in turn; {bench.sizes.warmup} warm-up calls each.",
+            (
+                f"{bench.sizes.rounds} rounds of {n} calls per side, one block of each side in "
+                f"turn; {bench.sizes.warmup} warm-up calls each."
+            ),
             (
                 f"Submitted (sync) p50 / toolexec (sync) p50: {ratio(submitted)} "
                 f"({ms(latencies[_SUBMITTED].p50)} vs {ms(latencies[_TOOLEXEC].p50)} ms)."
             ),
             (
-                f"submit() returns once its record and message are confirmed: its p50 "
-                f"{ms(latencies[_SUBMIT_RETURNS].p50)} ms, p99 {ms(latencies[_SUBMIT_RETURNS].p99)} ms "
-                f"(the latency it adds before the caller may walk away; the floor's whole round trip is "
-                f"{ms(latencies[_FLOOR].p50)} ms)."
+                "submit() returns once its record and message are confirmed: its p50 "
+                f"{ms(latencies[_SUBMIT_RETURNS].p50)} ms, p99 "
+                f"{ms(latencies[_SUBMIT_RETURNS].p99)} ms (the latency it adds before the caller "
+                f"may walk away; the floor's whole round trip is {ms(latencies[_FLOOR].p50)} ms)."
             ),
         ],
         figures=[

@@ -69,8 +69,14 @@ def run(bench: Bench) -> ScenarioResult:
             )
         ],
         notes=[
-            f"{bench.options.pool} pool, one process per worker; {_LANES} calls in flight per process.",
-            f"{bench.sizes.scale_rounds} alternated rounds of {bench.sizes.scale_calls} calls per process.",
+            (
+                f"{bench.options.pool} pool, one process per worker; {_LANES} calls in flight "
+                "per process."
+            ),
+            (
+                f"{bench.sizes.scale_rounds} alternated rounds of {bench.sizes.scale_calls} calls "
+                "per process."
+            ),
         ],
     )
 

@@ -46,15 +46,23 @@ def run(bench: Bench) -> ScenarioResult:
                 met=ran == 0,
             )
         )
-    columns = ("pool", "toolexec callers timed out", "toolexec ran anyway", "raw Celery get(timeout=) ran anyway",
-               "raw Celery expires= ran anyway")  # fmt: skip
+    columns = (
+        "pool",
+        "toolexec callers timed out",
+        "toolexec ran anyway",
+        "raw Celery get(timeout=) ran anyway",
+        "raw Celery expires= ran anyway",
+    )
     return ScenarioResult(
         number=NUMBER,
         title=TITLE,
         tables=[Table(columns=columns, rows=rows)],
         goals=goals,
         notes=[
-            f"One worker process (-c 1) per pool, busy for {_BUSY_MS} ms; {n} queued calls with a {_DEADLINE:g} s deadline."
+            (
+                f"One worker process (-c 1) per pool, busy for {_BUSY_MS} ms; {n} queued calls "
+                f"with a {_DEADLINE:g} s deadline."
+            )
         ],
     )
 

@@ -38,9 +38,14 @@ def _side(bench: Bench, name: str, key: str | None) -> Iterator[RemoteTool]:
         if key is not None:
             env["TOOLEXEC_SIGNING_KEY"] = key
         worker = WorkerProcess(
-            name=f"signing-{name}", pool=bench.options.pool, concurrency=bench.options.concurrency,
-            queues=("default",), env=env, cwd=PROJECT_ROOT, log_dir=bench.logs,
-        )  # fmt: skip
+            name=f"signing-{name}",
+            pool=bench.options.pool,
+            concurrency=bench.options.concurrency,
+            queues=("default",),
+            env=env,
+            cwd=PROJECT_ROOT,
+            log_dir=bench.logs,
+        )
         stack.enter_context(worker)
         client = ToolClient(Settings.from_env(env))
         stack.callback(client.close)
@@ -67,14 +72,19 @@ def run(bench: Bench) -> ScenarioResult:
             _calls(tool, bench.sizes.warmup)
         n = bench.sizes.roundtrip_calls
         blocks = [(name, _block(tool, n)) for name, tool in sides.items()]
-        latencies = {name: Latencies.of(runs) for name, runs in alternate(blocks, bench.sizes.rounds).items()}
+        latencies = {
+            name: Latencies.of(runs) for name, runs in alternate(blocks, bench.sizes.rounds).items()
+        }
     extra = latencies[_SIGNED].p50 - latencies[_UNSIGNED].p50
     round_trip = Table(
         columns=("side", "calls", "p50 ms", "p99 ms"),
         rows=[(name, count(len(lat)), ms(lat.p50), ms(lat.p99)) for name, lat in latencies.items()],
     )
     calls, repeats = 20 * bench.sizes.roundtrip_calls, bench.sizes.rounds
-    pure = {label: signing.measure(size, calls=calls, repeats=repeats) for label, size in signing.SIZES.items()}
+    pure = {
+        label: signing.measure(size, calls=calls, repeats=repeats)
+        for label, size in signing.SIZES.items()
+    }
     cost = Table(
         columns=("arguments", "client: prepare + sign, extra µs", "sign µs", "worker: verify µs"),
         rows=[
@@ -96,9 +106,13 @@ def run(bench: Bench) -> ScenarioResult:
         ],
         notes=[
             (
-                f"Round trips: {bench.sizes.rounds} rounds of {n} sequential no-op calls per side, A B A B ..., "
-                f"each side on its own private Redis and {bench.options.pool} -c {bench.options.concurrency} worker."
+                f"Round trips: {bench.sizes.rounds} rounds of {n} sequential no-op calls per side, "
+                f"A B A B ..., each side on its own private Redis and {bench.options.pool} -c "
+                f"{bench.options.concurrency} worker."
             ),
-            f"Pure cost: the median of {repeats} runs of {calls} calls, no Redis (python -m bench.signing).",
+            (
+                f"Pure cost: the median of {repeats} runs of {calls} calls, no Redis (python -m "
+                "bench.signing)."
+            ),
         ],
     )

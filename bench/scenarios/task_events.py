@@ -50,9 +50,12 @@ class _CommandWorker(WorkerProcess):
     def argv(self) -> list[str]:
         """:func:`worker_argv` for this worker's pool, concurrency, queues and name."""
         return worker_argv(
-            pool=self.pool, concurrency=self.concurrency, queues=self.queues,
-            name=f"{self.name}@%h", loglevel=self.loglevel,
-        )  # fmt: skip
+            pool=self.pool,
+            concurrency=self.concurrency,
+            queues=self.queues,
+            name=f"{self.name}@%h",
+            loglevel=self.loglevel,
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,10 +92,14 @@ def run(bench: Bench) -> ScenarioResult:
             else bench.options.concurrency
         )
         worker = _CommandWorker(
-            name=f"events-{pool}-{events}", pool=pool, concurrency=concurrency,
+            name=f"events-{pool}-{events}",
+            pool=pool,
+            concurrency=concurrency,
             queues=[names.events_queue(pool, events)],
-            env={**bench.env, "TOOLEXEC_TASK_EVENTS": events}, cwd=PROJECT_ROOT, log_dir=bench.logs,
-        )  # fmt: skip
+            env={**bench.env, "TOOLEXEC_TASK_EVENTS": events},
+            cwd=PROJECT_ROOT,
+            log_dir=bench.logs,
+        )
         built.append(worker)
     with bench.launched(built) as workers:
         sides = [
@@ -118,11 +125,16 @@ def _measure(bench: Bench, sides: Sequence[_Side]) -> ScenarioResult:
         u = usage[side.label]
         rows.append(
             (
-                side.pool, _MODE[side.events], f"-c {side.concurrency}", rate(u.calls / u.seconds),
-                _micros(u.worker, u.calls), _micros(u.main, u.calls), _micros(u.redis, u.calls),
+                side.pool,
+                _MODE[side.events],
+                f"-c {side.concurrency}",
+                rate(u.calls / u.seconds),
+                _micros(u.worker, u.calls),
+                _micros(u.main, u.calls),
+                _micros(u.redis, u.calls),
                 f"{u.publishes / u.calls:.2f}",
             )
-        )  # fmt: skip
+        )
     ratios = []
     for pool in dict.fromkeys(side.pool for side in sides):
         on, off = (
@@ -184,10 +196,10 @@ def _measure(bench: Bench, sides: Sequence[_Side]) -> ScenarioResult:
                 "Worker CPU: user + system time of the worker's main process and pool children "
                 "over each block, less its idle rate over the same time, per call; Redis CPU "
                 f"likewise (the server all sides share). Idle: {idle_text}, Redis "
-                f"{idle['redis'].total * 1000:.1f} ms/s. PUBLISH/call counts every PUBLISH the server "
-                "ran over the side's blocks, the workers' heartbeat events (every 2 s each) "
-                "included; the worker publishes its task events in batches (`task.multi`), "
-                "several to a PUBLISH."
+                f"{idle['redis'].total * 1000:.1f} ms/s. PUBLISH/call counts every PUBLISH the "
+                "server ran over the side's blocks, the workers' heartbeat events (every 2 s each) "
+                "included; the worker publishes its task events in batches (`task.multi`), several "
+                "to a PUBLISH."
             ),
         ],
     )

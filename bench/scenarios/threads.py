@@ -73,8 +73,14 @@ def run(bench: Bench) -> ScenarioResult:
     ]
     toolexec = measured["toolexec (asyncio, remote tool)"]
     extra, left = toolexec.peak - toolexec.cold, toolexec.settled - toolexec.warm
-    columns = ("side", "threads before", f"extra while {n:,} in flight", f"extra {_SETTLE:g} s after the timeouts",
-               "left behind by the timeouts", "timed out")  # fmt: skip
+    columns = (
+        "side",
+        "threads before",
+        f"extra while {n:,} in flight",
+        f"extra {_SETTLE:g} s after the timeouts",
+        "left behind by the timeouts",
+        "timed out",
+    )
     return ScenarioResult(
         number=NUMBER,
         title=TITLE,
@@ -95,7 +101,10 @@ def run(bench: Bench) -> ScenarioResult:
         ],
         notes=[
             f"Every call's deadline is {_DEADLINE:g} s and its work takes {_HOLD_MS} ms.",
-            "'Extra' counts from before the side's first call, so toolexec's one reply listener is in it.",
+            (
+                "'Extra' counts from before the side's first call, so toolexec's one reply "
+                "listener is in it."
+            ),
             "'Left behind' counts from after one call that returned.",
         ],
     )

@@ -80,10 +80,13 @@ def run(bench: Bench) -> ScenarioResult:
     with contextlib.ExitStack() as stack:
         prefetch1 = stack.enter_context(
             bench.raw_worker(
-                "raw-prefetch1", bench.options.pool, bench.options.concurrency,
-                bench.raw_prefetch1_queue, prefetch_multiplier=1,
+                "raw-prefetch1",
+                bench.options.pool,
+                bench.options.concurrency,
+                bench.raw_prefetch1_queue,
+                prefetch_multiplier=1,
             )
-        )  # fmt: skip
+        )
         if second is None:
             return _measure(bench, None, prefetch1.pid)
         concurrency = bench.sizes.throughput_pool_concurrency
@@ -102,25 +105,37 @@ def _measure(
     noop = bench.tool("noop")
     default, one = bench.raw_queue, bench.raw_prefetch1_queue
     sides = [
-        _Side(label=f"{_TOOLEXEC} ({pool})", pid=toolexec_pid,
-              block=functools.partial(_toolexec, bench, noop)),
+        _Side(
+            label=f"{_TOOLEXEC} ({pool})",
+            pid=toolexec_pid,
+            block=functools.partial(_toolexec, bench, noop),
+        ),
         *(
-            _Side(label=f"{pattern} ({pool}, prefetch ×{multiplier})", pid=pid,
-                  block=functools.partial(make, bench, queue), raw=True)
+            _Side(
+                label=f"{pattern} ({pool}, prefetch ×{multiplier})",
+                pid=pid,
+                block=functools.partial(make, bench, queue),
+                raw=True,
+            )
             for multiplier, queue, pid in (
-                (_CELERY_DEFAULT_PREFETCH, default, raw_pid), (1, one, prefetch1_pid),
+                (_CELERY_DEFAULT_PREFETCH, default, raw_pid),
+                (1, one, prefetch1_pid),
             )
             for pattern, make in (
-                (_RAW_BEST, _raw_send_all_then_get), (_RAW_THREADS, _raw_threads),
+                (_RAW_BEST, _raw_send_all_then_get),
+                (_RAW_THREADS, _raw_threads),
             )
         ),
-    ]  # fmt: skip
+    ]
     if second is not None:
         other = bench.tool("noop_pool")
         sides.append(
-            _Side(label=f"{_TOOLEXEC} ({second[0]})", pid=second[1],
-                  block=functools.partial(_toolexec, bench, other))
-        )  # fmt: skip
+            _Side(
+                label=f"{_TOOLEXEC} ({second[0]})",
+                pid=second[1],
+                block=functools.partial(_toolexec, bench, other),
+            )
+        )
     labels = [side.label for side in sides]
     raw_labels = [side.label for side in sides if side.raw]
     idle = {side.label: _idle_cpu(side.pid) for side in sides}
@@ -138,12 +153,17 @@ def _measure(
             (
                 side.label,
                 _with_cpu(
-                    functools.partial(side.block, in_flight, total), side.pid,
-                    idle[side.label], cpu, side.label, usage[side.label], redis_pid,
+                    functools.partial(side.block, in_flight, total),
+                    side.pid,
+                    idle[side.label],
+                    cpu,
+                    side.label,
+                    usage[side.label],
+                    redis_pid,
                 ),
             )
             for side in sides
-        ]  # fmt: skip
+        ]
         elapsed = alternate(blocks, bench.sizes.throughput_rounds)
         rates = {label: total * len(times) / sum(times) for label, times in elapsed.items()}
         # The fastest raw Celery side at this level, whichever pattern and prefetch it is.
@@ -176,8 +196,13 @@ def _measure(
         )
         # Overwritten at each level: the table shows the highest.
         usage_rows = [_usage_row(label, usage[label], calls) for label in labels]
-    columns = ("in flight", "calls per block", *(f"{label} calls/s" for label in labels),
-               "fastest raw Celery side", "toolexec / fastest raw")  # fmt: skip
+    columns = (
+        "in flight",
+        "calls per block",
+        *(f"{label} calls/s" for label in labels),
+        "fastest raw Celery side",
+        "toolexec / fastest raw",
+    )
     goal = Goal(
         name=(
             f"toolexec / fastest raw Celery side (either pattern, either prefetch) at "
@@ -187,11 +212,18 @@ def _measure(
         target="≥ 3.00× at 1,000",
         met=(best_ratio >= 3.0) if level == 1000 else None,
     )
-    cpu_columns = ("in flight", *(f"{label} worker CPU ms/call" for label in labels),
-                   "leanest raw Celery side", "toolexec / leanest raw")  # fmt: skip
+    cpu_columns = (
+        "in flight",
+        *(f"{label} worker CPU ms/call" for label in labels),
+        "leanest raw Celery side",
+        "toolexec / leanest raw",
+    )
     idle_text = ", ".join(f"{label} {idle[label] * 1000:.1f} ms/s" for label in labels)
     notes = [
-        f"{bench.sizes.throughput_rounds} alternated blocks per side and level; calls/s is all calls over all block time.",
+        (
+            f"{bench.sizes.throughput_rounds} alternated blocks per side and level; calls/s is all "
+            "calls over all block time."
+        ),
         (
             "Raw Celery runs two workers on the same pool and concurrency: Celery's default "
             f"prefetch (multiplier {_CELERY_DEFAULT_PREFETCH}) and `--prefetch-multiplier 1`; "
@@ -208,8 +240,8 @@ def _measure(
     notes.append(
         f"Where the time went, at {level:,} in flight: each process's CPU over the side's "
         "blocks as a share of one core (the machine has "
-        f"{os.cpu_count() or '?'}), and per call. \"client\" is this benchmark's own process, "
-        "all its threads; \"Redis\" is the private server all sides share. A side with no "
+        f'{os.cpu_count() or "?"}), and per call. "client" is this benchmark\'s own process, '
+        'all its threads; "Redis" is the private server all sides share. A side with no '
         "process near 100% is bound by the hand-offs between its processes."
     )
     if second is not None:
@@ -258,8 +290,13 @@ class _Usage:
 
 
 def _with_cpu(
-    block: Callable[[], float], pid: int | None, idle: float, cpu: dict[str, float], name: str,
-    usage: _Usage, redis_pid: int | None,
+    block: Callable[[], float],
+    pid: int | None,
+    idle: float,
+    cpu: dict[str, float],
+    name: str,
+    usage: _Usage,
+    redis_pid: int | None,
 ) -> Callable[[], float]:
     """``block``, adding the CPU seconds the worker ``pid`` spent on it to ``cpu[name]``,
     and each process's CPU seconds over it (worker split, this process, Redis) to ``usage``."""

@@ -221,9 +221,13 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
                 self._tools.submit(apply_target, target, args, kwargs, callback, accept_callback)
             )
         job = _Job(
-            task=self._async_task(args), target=target, args=tuple(args or ()), kwargs=kwargs,
-            callback=callback, accept_callback=accept_callback,
-        )  # fmt: skip
+            task=self._async_task(args),
+            target=target,
+            args=tuple(args or ()),
+            kwargs=kwargs,
+            callback=callback,
+            accept_callback=accept_callback,
+        )
         self._inbox.append(job)
         if not self._wake_pending:
             self._wake_pending = True
@@ -338,9 +342,13 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
                     logger.exception("Celery's trace of task %s raised", job.args[:1])
                 return
             if job.accept_callback is not None:
-                accept = functools.partial(_call, job.accept_callback, os.getpid(), time.monotonic())
+                accept = functools.partial(
+                    _call, job.accept_callback, os.getpid(), time.monotonic()
+                )
                 if waits_for_hold(job.accept_callback):
-                    await self._io(accept)  # a Redis write first (executor.claims.hold): off the loop
+                    await self._io(
+                        accept
+                    )  # a Redis write first (executor.claims.hold): off the loop
                 else:
                     accept()
             assert self._trace is not None  # made by on_start, before the loop runs a job
@@ -387,4 +395,3 @@ def _call(callback: Callable[..., Any], *args: Any) -> None:
         callback(*args)
     except Exception:  # one request's bookkeeping must not stop the loop
         logger.exception("a Celery request callback of the asyncio pool failed")
-

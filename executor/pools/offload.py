@@ -35,7 +35,9 @@ class Offload(Protocol):
 
     def __call__(self, func: Callable[[], T], /) -> Awaitable[T]: ...
 
-    def batched(self, func: Callable[[list[Item]], list[T | BaseException]], item: Item, /) -> Awaitable[T]:
+    def batched(
+        self, func: Callable[[list[Item]], list[T | BaseException]], item: Item, /
+    ) -> Awaitable[T]:
         """Run ``func`` on ``item`` and every other item queued for ``func`` meanwhile.
 
         ``func`` gets the items in the order they were queued and returns one result per

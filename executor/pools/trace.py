@@ -172,7 +172,9 @@ _CELERY_KEYS = frozenset(
 )
 
 
-def request_context(request: dict[str, Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Context:
+def request_context(
+    request: dict[str, Any], args: Sequence[Any], kwargs: dict[str, Any]
+) -> Context:
     """``Context(request, args=args, called_directly=False, kwargs=kwargs)``, built cheaper.
 
     Celery's constructor updates the context, then, if the request has no ``headers``,

@@ -196,13 +196,24 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
     pool = _pool_name(sender.pool)
     hostname = sender.hostname
     heartbeat = Heartbeat(
-        client, worker_id=worker_id(sender.hostname), hostname=sender.hostname, queues=queues, specs=[d.spec for d in tools.values()],
-        interval=settings.heartbeat_interval, pool=pool, flush_counts=stats.flush_into,
-        running=lambda: _calls_held(hostname), concurrency=int(getattr(sender.pool, "limit", 0) or 0),
+        client,
+        worker_id=worker_id(sender.hostname),
+        hostname=sender.hostname,
+        queues=queues,
+        specs=[d.spec for d in tools.values()],
+        interval=settings.heartbeat_interval,
+        pool=pool,
+        flush_counts=stats.flush_into,
+        running=lambda: _calls_held(hostname),
+        concurrency=int(getattr(sender.pool, "limit", 0) or 0),
         ignoring_cancel=cancels.ran_on,
         # Where tools run in this process, a process of its own keeps the worker visible
         # while a tool holds the interpreter's lock (executor.keeper).
-        keeper=None if pool == "prefork" else Keeper(worker_key=keys.worker(worker_id(hostname)), interval=settings.heartbeat_interval),
+        keeper=None
+        if pool == "prefork"
+        else Keeper(
+            worker_key=keys.worker(worker_id(hostname)), interval=settings.heartbeat_interval
+        ),
     )
     put_back.set_holder_prefix(f"{worker_id(hostname)}|")
     heartbeat.start()
@@ -218,7 +229,11 @@ def _calls_held(hostname: str) -> list[tuple[str, str]]:
     worker died, including calls it had taken but not started.
     """
     try:
-        held = {*worker_state.reserved_requests, *worker_state.active_requests, *put_back.still_leaving()}
+        held = {
+            *worker_state.reserved_requests,
+            *worker_state.active_requests,
+            *put_back.still_leaving(),
+        }
     except RuntimeError:  # a set changed while we copied it; next beat
         return []
     marks = []
@@ -226,7 +241,9 @@ def _calls_held(hostname: str) -> list[tuple[str, str]]:
         kwargs = getattr(request, "kwargs", None)
         call_id = kwargs.get("call_id") if isinstance(kwargs, dict) else None
         if isinstance(call_id, str):
-            marks.append((keys.running(call_id), holder(hostname, getattr(request, "worker_pid", None) or 0)))
+            marks.append(
+                (keys.running(call_id), holder(hostname, getattr(request, "worker_pid", None) or 0))
+            )
     return marks
 
 
@@ -252,7 +269,9 @@ def _on_worker_shutting_down(**_: Any) -> None:
     # worker holds them until they are put back as its connection closes: the heartbeat
     # goes on naming them (executor.seams.put_back.leaving).
     try:
-        waiting = [r for r in worker_state.reserved_requests if r not in worker_state.active_requests]
+        waiting = [
+            r for r in worker_state.reserved_requests if r not in worker_state.active_requests
+        ]
     except RuntimeError:  # a set changed while we copied it
         waiting = list(worker_state.reserved_requests)
     put_back.leaving(waiting)

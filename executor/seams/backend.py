@@ -36,7 +36,9 @@ class ReplyBackend(DisabledBackend):  # type: ignore[misc]
         super().__init__(app=app, **kwargs)
         self.toolexec_settings = settings
 
-    def mark_as_failure(self, task_id: str, exc: BaseException, *args: Any, request: Any = None, **kwargs: Any) -> None:
+    def mark_as_failure(
+        self, task_id: str, exc: BaseException, *args: Any, request: Any = None, **kwargs: Any
+    ) -> None:
         if isinstance(exc, ToolCallFailed):
             return  # the task body delivered this call's outcome, then ended as a failure
         if isinstance(exc, WorkerLostError):
@@ -53,26 +55,40 @@ class ReplyBackend(DisabledBackend):  # type: ignore[misc]
             message = str(exc)
         self._report(task_id, request, kind, type_name, message)
 
-    def mark_as_revoked(self, task_id: str, reason: str = "", *args: Any, request: Any = None, **kwargs: Any) -> None:
+    def mark_as_revoked(
+        self, task_id: str, reason: str = "", *args: Any, request: Any = None, **kwargs: Any
+    ) -> None:
         if reason == "expired":
-            kind, message = ErrorKind.EXPIRED, "the deadline passed before a worker started this call"
+            kind, message = (
+                ErrorKind.EXPIRED,
+                "the deadline passed before a worker started this call",
+            )
         else:
             kind, message = ErrorKind.WORKER_LOST, f"the call was revoked ({reason})"
-        self._report(task_id, request, kind, "DeadlineExpired" if reason == "expired" else "Revoked", message)
+        self._report(
+            task_id, request, kind, "DeadlineExpired" if reason == "expired" else "Revoked", message
+        )
 
-    def _report(self, task_id: str, request: Any, kind: ErrorKind, type_name: str, message: str) -> None:
+    def _report(
+        self, task_id: str, request: Any, kind: ErrorKind, type_name: str, message: str
+    ) -> None:
         kwargs = getattr(request, "kwargs", None) or {}
         try:
             call = CallRequest.model_validate(kwargs)
         except Exception:  # noqa: BLE001 - a malformed message has nobody to tell
-            logger.warning("call %s ended (%s) but its message names no caller", task_id, kind.value)
+            logger.warning(
+                "call %s ended (%s) but its message names no caller", task_id, kind.value
+            )
             return
         hostname = getattr(request, "hostname", "") or ""
         outcome = CallOutcome.failure(call.call_id, kind, type_name, message, worker=hostname)
         logger.warning(
-            "call %s of %s: %s", call.call_id, call.tool, kind.value,
+            "call %s of %s: %s",
+            call.call_id,
+            call.tool,
+            kind.value,
             extra=call_log_fields(call.call_id, call.run_id, call.tool),
-        )  # fmt: skip
+        )
         definition = get_tool(call.tool)
         store = should_store(definition.spec if definition else None, outcome)
         finish(call, outcome, settings=self.toolexec_settings, store=store)

@@ -95,12 +95,18 @@ def dead_letter(
 
     Returns whether Redis took the entry.
     """
-    entry = deadletter_entry(reason.value, queue=queue, payload=payload, detail=detail, call_id=call_id)
+    entry = deadletter_entry(
+        reason.value, queue=queue, payload=payload, detail=detail, call_id=call_id
+    )
     digest, size = entry["sha256"], entry["size"]
     logger.warning(
         "refused a message on queue %r: %s%s (%d bytes, sha256 %s); dead-lettered",
-        queue, reason.value, f" ({detail})" if detail else "", size, digest[:16],
-    )  # fmt: skip
+        queue,
+        reason.value,
+        f" ({detail})" if detail else "",
+        size,
+        digest[:16],
+    )
     try:
         pipe = client.pipeline(transaction=False)
         for command in deadletter_commands(entry):

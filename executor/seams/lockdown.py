@@ -147,7 +147,9 @@ def check_connections(urls: Mapping[str, Any], *, timeout: float = 5.0, attempts
         shown = maybe_sanitize_url(url)
         for attempt in range(1, attempts + 1):
             try:
-                with redis.Redis.from_url(url, socket_connect_timeout=timeout, socket_timeout=timeout) as client:
+                with redis.Redis.from_url(
+                    url, socket_connect_timeout=timeout, socket_timeout=timeout
+                ) as client:
                     client.ping()
                     check_eviction(client, variable=variable, shown=shown)
                 break
@@ -155,7 +157,10 @@ def check_connections(urls: Mapping[str, Any], *, timeout: float = 5.0, attempts
                 reason = explain(exc) if is_misconfiguration(exc) else tls_refusal(url, str(exc))
                 if reason is None:
                     logger.warning(
-                        "%s (%s) cannot be reached yet: %s; the worker keeps trying", variable, shown, explain(exc)
+                        "%s (%s) cannot be reached yet: %s; the worker keeps trying",
+                        variable,
+                        shown,
+                        explain(exc),
                     )
                     break
                 if attempt == attempts:
@@ -185,14 +190,18 @@ def check_eviction(client: redis.Redis, *, variable: str, shown: str) -> None:
     except redis.ResponseError as exc:
         logger.warning(
             "%s (%s) does not say its maxmemory-policy (%s): toolexec needs noeviction, or "
-            "calls may run twice once it is full", variable, shown, str(exc).split("\n", 1)[0][:200],
-        )  # fmt: skip
+            "calls may run twice once it is full",
+            variable,
+            shown,
+            str(exc).split("\n", 1)[0][:200],
+        )
         return
     if policy is not None and policy != KEEPS_KEYS:
         raise ConfigurationError(
             f"{variable} ({shown}): Redis evicts keys when it is full (maxmemory-policy {policy}), "
             "which drops the claims and holder records that keep calls from running twice; set "
-            f"maxmemory-policy {KEEPS_KEYS} (CONFIG SET maxmemory-policy {KEEPS_KEYS}, or in redis.conf)"
+            f"maxmemory-policy {KEEPS_KEYS} (CONFIG SET maxmemory-policy {KEEPS_KEYS}, or in "
+            "redis.conf)"
         )
 
 
@@ -259,7 +268,8 @@ class _WithholdBodies(logging.Filter):
                 record.data = _scrubbed(data)
         elif isinstance(record.args, tuple):
             record.args = tuple(
-                _withheld(value) if index in positions else value for index, value in enumerate(record.args)
+                _withheld(value) if index in positions else value
+                for index, value in enumerate(record.args)
             )
         if record.exc_info:
             logger.debug("traceback of: %s", record.msg.splitlines()[0], exc_info=record.exc_info)

@@ -50,9 +50,22 @@ from wire import keys
 from wire.copies import FENCED, LET_GO, PUT_BACK, generation_of, sent_again
 
 __all__ = [
-    "COPY_KEY", "MAX_REMEMBERED", "RESTORE_PATIENCE", "PutBack", "accepted", "begin", "is_stale",
-    "leaving", "put_back", "receive", "reserve", "set_holder_prefix", "settle", "started",
-    "still_leaving", "taken",
+    "COPY_KEY",
+    "MAX_REMEMBERED",
+    "RESTORE_PATIENCE",
+    "PutBack",
+    "accepted",
+    "begin",
+    "is_stale",
+    "leaving",
+    "put_back",
+    "receive",
+    "reserve",
+    "set_holder_prefix",
+    "settle",
+    "started",
+    "still_leaving",
+    "taken",
 ]
 
 logger = logging.getLogger(__name__)
@@ -315,14 +328,22 @@ class PutBack(kombu_redis.Channel):
             with self._broker() as client:
                 for queue in queues:
                     self._put_back_once(
-                        client, self._q_for_pri(queue, priority),  # type: ignore[no-untyped-call]
-                        keys.restored(str(message.delivery_tag), queue), call_id, envelope,
-                    )  # fmt: skip
+                        client,
+                        self._q_for_pri(queue, priority),  # type: ignore[no-untyped-call]
+                        keys.restored(str(message.delivery_tag), queue),
+                        call_id,
+                        envelope,
+                    )
 
         self._while_broker_away(attempt)
 
     def _put_back_once(
-        self, broker: redis.Redis, queue: str, marker: str, call_id: str | None, envelope: str | bytes
+        self,
+        broker: redis.Redis,
+        queue: str,
+        marker: str,
+        call_id: str | None,
+        envelope: str | bytes,
     ) -> None:
         """Put ``envelope`` back at the front of ``queue`` once, unless its call was given
         up, and let go of the holder record naming this worker (:data:`wire.copies.PUT_BACK`)."""
@@ -344,12 +365,15 @@ class PutBack(kombu_redis.Channel):
         """Put items a read took from the list ``queue`` but never delivered back, each once."""
         if not items:
             return
+
         def attempt() -> None:
             # Back at the front, in the order they were taken: the first taken is the
             # next read (the last pushed on the end reads come from).
             with self._broker() as client:
                 for item in reversed(items):
-                    envelope = sent_again(item, generation_of(item) or 0) if _is_envelope(item) else item
+                    envelope = (
+                        sent_again(item, generation_of(item) or 0) if _is_envelope(item) else item
+                    )
                     marker = keys.restored(hashlib.sha256(item).hexdigest(), queue)
                     self._put_back_once(client, queue, marker, _call_id_of(item), envelope)
 
@@ -357,12 +381,15 @@ class PutBack(kombu_redis.Channel):
             self._while_broker_away(attempt)
         except self.connection_errors:
             logger.error(
-                "could not put back %d messages taken from %s: the broker stayed away", len(items), queue
+                "could not put back %d messages taken from %s: the broker stayed away",
+                len(items),
+                queue,
             )
 
     @contextmanager
     def _broker(self) -> Iterator[redis.Redis]:
-        """A client of the broker: this process's for ``toolexec_broker_url``, else the channel's."""
+        """A client of the broker: this process's for ``toolexec_broker_url``, else the
+        channel's."""
         if self.toolexec_broker_url is None:
             with self.conn_or_acquire() as client:
                 yield client

@@ -33,6 +33,7 @@ the request (``'args' not in message.payload``); a body that decodes to a number
 type first and raises :class:`MalformedCall`, which the consumer's ``on_invalid_task``
 dead-letters. The request checks the rest.
 """
+
 from __future__ import annotations
 
 import logging
@@ -139,7 +140,9 @@ def request_class(settings: Settings) -> type[Request]:
             self._request_dict[GENERATION_KEY] = _generation(message, self.delivery_info)
             #: Record the holder before the early acknowledgement (executor.claims); the
             #: asyncio pool reads it to accept the call off its event loop.
-            self.toolexec_holds_before_ack = holds_before_ack(settings, acks_late=self.task.acks_late)
+            self.toolexec_holds_before_ack = holds_before_ack(
+                settings, acks_late=self.task.acks_late
+            )
             if (
                 self.toolexec_holds_before_ack
                 and self.delivery_info.get("redelivered")
@@ -150,10 +153,17 @@ def request_class(settings: Settings) -> type[Request]:
                 )
 
         def on_accepted(self, pid: int, time_accepted: float) -> None:
-            put_back.accepted(self.message.delivery_tag)  # started: not put back when the connection closes
+            put_back.accepted(
+                self.message.delivery_tag
+            )  # started: not put back when the connection closes
             if self.toolexec_holds_before_ack:
                 tag = holder(self.hostname or "", pid)
-                hold(redis_client(settings), self.kwargs["call_id"], tag, interval=settings.heartbeat_interval)
+                hold(
+                    redis_client(settings),
+                    self.kwargs["call_id"],
+                    tag,
+                    interval=settings.heartbeat_interval,
+                )
             super().on_accepted(pid, time_accepted)
 
         def cancel(self, pool: Any, signal: Any = None, emit_retry: bool = True) -> None:
@@ -167,8 +177,9 @@ def request_class(settings: Settings) -> type[Request]:
                 return
             logger.info(
                 "cold stop: call %s runs on to its end (the %s pool cannot stop one call)",
-                self.kwargs.get("call_id") if isinstance(self.kwargs, dict) else self.id, type(pool).__name__,
-            )  # fmt: skip
+                self.kwargs.get("call_id") if isinstance(self.kwargs, dict) else self.id,
+                type(pool).__name__,
+            )
 
         @property
         def tzlocal(self) -> Any:
@@ -211,9 +222,12 @@ def request_class(settings: Settings) -> type[Request]:
                 return exc_info
             call_id = self.kwargs.get("call_id") if isinstance(self.kwargs, dict) else None
             refuse_message(
-                self.message, Refusal.WORKER_LOST, f"the worker process died {attempts} times running this call",
-                client=redis_client(settings), call_id=call_id if isinstance(call_id, str) else None,
-            )  # fmt: skip
+                self.message,
+                Refusal.WORKER_LOST,
+                f"the worker process died {attempts} times running this call",
+                client=redis_client(settings),
+                call_id=call_id if isinstance(call_id, str) else None,
+            )
             try:
                 raise DeliveriesExhausted(attempts)
             except DeliveriesExhausted:
@@ -232,7 +246,9 @@ GENERATION_KEY = "toolexec_generation"
 def stops_one_job(pool: Any) -> bool:
     """Whether Celery's ``pool`` can end one running job (prefork's processes can; a pool
     running jobs in the worker's own process cannot)."""
-    return type(pool).terminate_job is not BasePool.terminate_job and not getattr(pool, "runs_in_process", False)
+    return type(pool).terminate_job is not BasePool.terminate_job and not getattr(
+        pool, "runs_in_process", False
+    )
 
 
 def _generation(message: Any, delivery_info: Any) -> int | None:
@@ -287,7 +303,9 @@ def call_problem(request: Any) -> str:
             {str(e["loc"][0]) if e["loc"] else "(fields)" for e in exc.errors(include_url=False)}
         )
         return f"{exc.error_count()} problems with its call fields ({', '.join(names)})"
-    raw = getattr(request.message, "body", None)  # the body's JSON: [args, {..., "arguments": {...}}, embed]
+    raw = getattr(
+        request.message, "body", None
+    )  # the body's JSON: [args, {..., "arguments": {...}}, embed]
     if isinstance(raw, bytes | str) and too_deep(raw, around=3):
         return f"its arguments nest deeper than {MAX_DEPTH} levels of arrays and objects"
     return ""
@@ -315,9 +333,11 @@ def count_death(fields: Any, *, settings: Settings) -> int | None:
         call = CallRequest.model_validate(fields)
         definition = get_tool(call.tool)
         ttl_ms = keys.call_ttl_ms(
-            "deliveries", deadline=call.deadline, settings=settings,
+            "deliveries",
+            deadline=call.deadline,
+            settings=settings,
             hard_timeout=definition.spec.hard_timeout if definition is not None else None,
-        )  # fmt: skip
+        )
         pipe = redis_client(settings).pipeline(transaction=False)
         pipe.incr(keys.deliveries(call.call_id))
         pipe.pexpire(keys.deliveries(call.call_id), ttl_ms)

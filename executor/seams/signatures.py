@@ -38,9 +38,14 @@ logger = logging.getLogger(__name__)
 
 _DETAIL: dict[SignatureProblem, str] = {
     "unsigned": f"no {SIGNATURE_HEADER} header, and this worker requires one",
-    "signature_mismatch": f"{SIGNATURE_HEADER} does not match the message: altered, or signed with another key",
+    "signature_mismatch": (
+        f"{SIGNATURE_HEADER} does not match the message: altered, or signed with another key"
+    ),
 }
-_TYPE: dict[SignatureProblem, str] = {"unsigned": "UnsignedCall", "signature_mismatch": "SignatureMismatch"}
+_TYPE: dict[SignatureProblem, str] = {
+    "unsigned": "UnsignedCall",
+    "signature_mismatch": "SignatureMismatch",
+}
 _MESSAGE: dict[SignatureProblem, str] = {
     "unsigned": (
         "the worker refused this call: it is not signed, and workers require signed calls "
@@ -75,14 +80,23 @@ def check_signature(
     """
     if settings.signing_key is None:
         return True
-    problem = verify(settings.signing_key.get_secret_value(), signature, task_name, fields, headers=headers)
+    problem = verify(
+        settings.signing_key.get_secret_value(), signature, task_name, fields, headers=headers
+    )
     if problem is None:
         return True
     call_id = fields.get("call_id")
     call_id = call_id if isinstance(call_id, str) else None
     client = redis_client(settings)
     payload = json.dumps({"task": task_name, "kwargs": fields}, default=repr, separators=(",", ":"))
-    dead_letter(client, Refusal(problem), queue=queue, payload=payload, detail=_DETAIL[problem], call_id=call_id)
+    dead_letter(
+        client,
+        Refusal(problem),
+        queue=queue,
+        payload=payload,
+        detail=_DETAIL[problem],
+        call_id=call_id,
+    )
     reply_to = fields.get("reply_to")
     if call_id and isinstance(reply_to, str) and reply_to:
         outcome = refusal_outcome(call_id, problem, worker=worker)
@@ -92,10 +106,14 @@ def check_signature(
             pipe.expire(keys.reply(reply_to), settings.reply_ttl)
             pipe.execute()
         except redis.RedisError as exc:
-            logger.error("could not tell the caller of refused call %s: %s", call_id, type(exc).__name__)
+            logger.error(
+                "could not tell the caller of refused call %s: %s", call_id, type(exc).__name__
+            )
     return False
 
 
 def refusal_outcome(call_id: str, problem: SignatureProblem, *, worker: str = "") -> CallOutcome:
     """The error outcome a caller gets for a call refused for ``problem``."""
-    return CallOutcome.failure(call_id, ErrorKind.EXECUTION, _TYPE[problem], _MESSAGE[problem], worker=worker)
+    return CallOutcome.failure(
+        call_id, ErrorKind.EXECUTION, _TYPE[problem], _MESSAGE[problem], worker=worker
+    )

@@ -149,9 +149,11 @@ class Channel(BatchedRead):
 
     Message = Message
     from_transport_options = (  # type: ignore[assignment]  # kombu types its own tuple's length
-        *kombu_redis.Channel.from_transport_options, REDIS_URL_OPTION, MAX_ITEM_OPTION,
+        *kombu_redis.Channel.from_transport_options,
+        REDIS_URL_OPTION,
+        MAX_ITEM_OPTION,
         BROKER_URL_OPTION,
-    )  # fmt: skip
+    )
 
     toolexec_redis_url: str | None = None
     toolexec_max_item_bytes: int | None = None
@@ -254,4 +256,7 @@ class Transport(kombu_redis.Transport):
     """
 
     Channel = Channel
-    connection_errors = (*kombu_redis.Transport.connection_errors, redis.exceptions.OutOfMemoryError)
+    connection_errors = (
+        *kombu_redis.Transport.connection_errors,
+        redis.exceptions.OutOfMemoryError,
+    )

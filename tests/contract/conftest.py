@@ -94,5 +94,7 @@ def events_worker(
     Module-scoped like :func:`stock_worker`, so the two never consume ``default`` at the
     same time: a call reaches the worker the test watches.
     """
-    with module_worker(tmp_path_factory, "contract-events", env=contract_env, kind=EventsWorker) as worker:
+    with module_worker(
+        tmp_path_factory, "contract-events", env=contract_env, kind=EventsWorker
+    ) as worker:
         yield worker

@@ -54,7 +54,8 @@ def queues() -> Iterator[tuple[str, str]]:
 
 
 def stock_producer(queue: str) -> Celery:
-    """A stock Celery app on RabbitMQ whose queues are declared as the worker's app declares them."""
+    """A stock Celery app on RabbitMQ whose queues are declared as the worker's app
+    declares them."""
     app = Celery("contract-amqp-producer", broker=AMQP_URL, set_as_current=False)
     app.conf.update(
         task_serializer="json",

@@ -141,10 +141,19 @@ def prepare(case: Case, *, queue: str, settings: Settings) -> PreparedCall:
     """The call as the client prepares it, for ``case``'s tool on ``queue``."""
     spec = case.spec.model_copy(update={"queue": queue})
     return prepare_call(
-        spec, case.arguments, validator=ArgumentValidator(spec.name, spec.parameters, max_bytes=settings.max_argument_bytes),
-        settings=settings, call_id=uuid.uuid4().hex, reply_to=f"contract-client-{uuid.uuid4().hex[:8]}",
-        timeout=case.timeout, run_id=case.run_id, idempotency_key=None, origin=f"toolexec-client@{os.getpid()}",
-    )  # fmt: skip
+        spec,
+        case.arguments,
+        validator=ArgumentValidator(
+            spec.name, spec.parameters, max_bytes=settings.max_argument_bytes
+        ),
+        settings=settings,
+        call_id=uuid.uuid4().hex,
+        reply_to=f"contract-client-{uuid.uuid4().hex[:8]}",
+        timeout=case.timeout,
+        run_id=case.run_id,
+        idempotency_key=None,
+        origin=f"toolexec-client@{os.getpid()}",
+    )
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())

@@ -149,9 +149,15 @@ def flower(
     """``celery -A executor flower`` on a free port, listening for events; its base URL."""
     port = free_port()
     argv = [
-        sys.executable, "-m", "celery", "-A", "executor", "flower",
-        f"--port={port}", "--address=127.0.0.1",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "executor",
+        "flower",
+        f"--port={port}",
+        "--address=127.0.0.1",
+    ]
     # Flower 2.x answers its REST API without authentication only when told to.
     env = {**os.environ, **contract_env, "FLOWER_UNAUTHENTICATED_API": "true"}
     subscribed_before = redis_client.pubsub_numpat()

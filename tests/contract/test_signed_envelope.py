@@ -39,7 +39,9 @@ def test_a_signed_calls_message_is_send_tasks_with_the_signature_header(
     redis_client: redis.Redis, producer: Celery, contract_settings: Settings
 ) -> None:
     case = CASES["at_least_once_idempotent"]
-    settings = contract_settings.model_copy(update={"signing_key": Settings.from_env({"TOOLEXEC_SIGNING_KEY": KEY}).signing_key})
+    settings = contract_settings.model_copy(
+        update={"signing_key": Settings.from_env({"TOOLEXEC_SIGNING_KEY": KEY}).signing_key}
+    )
     queue_a, queue_b = f"contract-signed-{uuid.uuid4().hex}", f"contract-stock-{uuid.uuid4().hex}"
     started = time.time()
     call = prepare(case, queue=queue_a, settings=settings)
@@ -48,9 +50,13 @@ def test_a_signed_calls_message_is_send_tasks_with_the_signature_header(
     hard = case.spec.hard_timeout + CELERY_LIMIT_MARGIN if case.spec.hard_timeout else None
     task_name = task_name_for(case.spec.delivery)
     send_like_the_client(
-        producer, call.request, task_name=task_name, queue=queue_b, hard_limit=hard,
+        producer,
+        call.request,
+        task_name=task_name,
+        queue=queue_b,
+        hard_limit=hard,
         headers={SIGNATURE_HEADER: signature},
-    )  # fmt: skip
+    )
     ended = time.time()
 
     raw_client, raw_stock = redis_client.rpop(queue_a), redis_client.rpop(queue_b)
@@ -72,4 +78,13 @@ def test_a_signed_calls_message_is_send_tasks_with_the_signature_header(
     _args, kwargs, _embed = client["body"]
     signed, stock_headers = client["headers"], stock["headers"]
     assert verify(KEY, signed[SIGNATURE_HEADER], signed["task"], kwargs, headers=signed) is None
-    assert verify(KEY, stock_headers[SIGNATURE_HEADER], stock_headers["task"], stock["body"][1], headers=stock_headers) is None
+    assert (
+        verify(
+            KEY,
+            stock_headers[SIGNATURE_HEADER],
+            stock_headers["task"],
+            stock["body"][1],
+            headers=stock_headers,
+        )
+        is None
+    )

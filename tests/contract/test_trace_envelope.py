@@ -36,17 +36,30 @@ def test_a_traced_calls_message_is_send_tasks_with_the_trace_headers(
     )
     with trace.use_span(active):
         call = prepare_call(
-            spec, {"query": "fox"}, validator=ArgumentValidator(spec.name, spec.parameters, max_bytes=1024),
-            settings=contract_settings, call_id=uuid.uuid4().hex, reply_to=f"contract-client-{uuid.uuid4().hex[:8]}",
-            timeout=None, run_id=None, idempotency_key=None, origin=f"toolexec-client@{os.getpid()}",
-        )  # fmt: skip
+            spec,
+            {"query": "fox"},
+            validator=ArgumentValidator(spec.name, spec.parameters, max_bytes=1024),
+            settings=contract_settings,
+            call_id=uuid.uuid4().hex,
+            reply_to=f"contract-client-{uuid.uuid4().hex[:8]}",
+            timeout=None,
+            run_id=None,
+            idempotency_key=None,
+            origin=f"toolexec-client@{os.getpid()}",
+        )
     traceparent = f"00-{TRACE_ID:032x}-{SPAN_ID:016x}-01"
     redis_client.lpush(queue_a, call.envelope)
     producer.send_task(
-        task_name_for(spec.delivery), kwargs=call.request.model_dump(mode="json"), queue=queue_b,
-        task_id=call.call_id, ignore_result=True, argsrepr="()", kwargsrepr=kwargsrepr_of("search"),
-        shadow="search", headers={"traceparent": traceparent},
-    )  # fmt: skip
+        task_name_for(spec.delivery),
+        kwargs=call.request.model_dump(mode="json"),
+        queue=queue_b,
+        task_id=call.call_id,
+        ignore_result=True,
+        argsrepr="()",
+        kwargsrepr=kwargsrepr_of("search"),
+        shadow="search",
+        headers={"traceparent": traceparent},
+    )
 
     raw_client, raw_stock = redis_client.rpop(queue_a), redis_client.rpop(queue_b)
     assert raw_client is not None and raw_stock is not None

@@ -138,9 +138,12 @@ def stop_quickly(worker: WorkerProcess) -> None:
     worker.stop(timeout=TEARDOWN_GRACE)
     if info is None:
         return
-    with contextlib.suppress(redis.RedisError), redis.Redis.from_url(
-        worker.settings.redis_url, socket_connect_timeout=1, socket_timeout=2
-    ) as client:
+    with (
+        contextlib.suppress(redis.RedisError),
+        redis.Redis.from_url(
+            worker.settings.redis_url, socket_connect_timeout=1, socket_timeout=2
+        ) as client,
+    ):
         pipe = client.pipeline(transaction=False)
         pipe.delete(keys.worker(info.worker_id))
         pipe.srem(keys.WORKERS, info.worker_id)

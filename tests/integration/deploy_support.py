@@ -44,9 +44,13 @@ def deploy_env(server: RedisServer | str, data: Path, **extra: str) -> dict[str,
     """Worker and client settings for ``server`` (or a URL), with the deploy tools."""
     url = server if isinstance(server, str) else server.url
     return {
-        "TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": url, "TOOLEXEC_DATA_DIR": str(data),
-        "TOOLEXEC_HEARTBEAT_INTERVAL": "1", "TOOLEXEC_TOOL_MODULES": DEPLOY_MODULES, **extra,
-    }  # fmt: skip
+        "TOOLEXEC_BROKER_URL": url,
+        "TOOLEXEC_REDIS_URL": url,
+        "TOOLEXEC_DATA_DIR": str(data),
+        "TOOLEXEC_HEARTBEAT_INTERVAL": "1",
+        "TOOLEXEC_TOOL_MODULES": DEPLOY_MODULES,
+        **extra,
+    }
 
 
 def process_ids(workers: Iterable[WorkerProcess]) -> set[int]:
@@ -73,12 +77,16 @@ class Batch:
         path = self.data / "runs" / token
         if not path.exists():
             return []
-        return [(what, int(pid)) for what, pid, _ in (line.split() for line in path.read_text().splitlines())]
+        return [
+            (what, int(pid))
+            for what, pid, _ in (line.split() for line in path.read_text().splitlines())
+        ]
 
     def kinds(self) -> collections.Counter[str]:
         """How the calls ended: ``result`` or the error's type."""
         return collections.Counter(
-            type(o).__name__ if isinstance(o, BaseException) else "result" for o in self.outcomes.values()
+            type(o).__name__ if isinstance(o, BaseException) else "result"
+            for o in self.outcomes.values()
         )
 
     def ran(self, token: str) -> int:
@@ -104,9 +112,17 @@ class Batch:
 
 
 def run_batch(
-    client: ToolClient, tool: str, count: int, *, seconds: float, deadline: float, data: Path,
-    fault: Callable[[], object] | None = None, at: float = 1.2, died: Callable[[], set[int]] = set,
-) -> Batch:  # fmt: skip
+    client: ToolClient,
+    tool: str,
+    count: int,
+    *,
+    seconds: float,
+    deadline: float,
+    data: Path,
+    fault: Callable[[], object] | None = None,
+    at: float = 1.2,
+    died: Callable[[], set[int]] = set,
+) -> Batch:
     """Send ``count`` calls of ``tool`` at once (one run), do ``fault`` ``at`` seconds in
     (in a thread), and wait for every call; ``died()`` names the pids the fault killed."""
     proxy = remote_tool(tool, client=client, timeout=deadline)
@@ -163,7 +179,9 @@ class Proxy:
 
     def _serve(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
-        self._server = self._loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", 0)
+        )
         started.set()
         self._loop.run_forever()
         pending = asyncio.all_tasks(self._loop)
@@ -235,8 +253,15 @@ async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
 
 
 def start_fleet(
-    factory: Callable[..., WorkerProcess], env: Mapping[str, str], *, pool: Pool, count: int = 2,
+    factory: Callable[..., WorkerProcess],
+    env: Mapping[str, str],
+    *,
+    pool: Pool,
+    count: int = 2,
     concurrency: int = 2,
-) -> list[WorkerProcess]:  # fmt: skip
+) -> list[WorkerProcess]:
     """``count`` workers of ``pool`` on the deploy queue, each with ``concurrency``."""
-    return [factory(pool=pool, concurrency=concurrency, queues=(QUEUE,), env=dict(env)) for _ in range(count)]
+    return [
+        factory(pool=pool, concurrency=concurrency, queues=(QUEUE,), env=dict(env))
+        for _ in range(count)
+    ]

@@ -30,19 +30,28 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
 @pytest.fixture(scope="module")
 def env(server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return {
-        "TOOLEXEC_BROKER_URL": server.url, "TOOLEXEC_REDIS_URL": server.url,
+        "TOOLEXEC_BROKER_URL": server.url,
+        "TOOLEXEC_REDIS_URL": server.url,
         "TOOLEXEC_DATA_DIR": str(tmp_path_factory.mktemp("handles-data")),
-        "TOOLEXEC_HEARTBEAT_INTERVAL": "1", "TOOLEXEC_TOOL_MODULES": MODULES,
-    }  # fmt: skip
+        "TOOLEXEC_HEARTBEAT_INTERVAL": "1",
+        "TOOLEXEC_TOOL_MODULES": MODULES,
+    }
 
 
 @pytest.fixture(scope="module", params=POOLS)
-def worker(request: pytest.FixtureRequest, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+def worker(
+    request: pytest.FixtureRequest, env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     pool: Pool = request.param
     process = WorkerProcess(
-        name=f"handles-{pool}-{uuid.uuid4().hex[:6]}", pool=pool, concurrency=2, queues=(QUEUE,),
-        env=env, cwd=PROJECT_ROOT, log_dir=tmp_path_factory.mktemp("handles-workers"),
-    )  # fmt: skip
+        name=f"handles-{pool}-{uuid.uuid4().hex[:6]}",
+        pool=pool,
+        concurrency=2,
+        queues=(QUEUE,),
+        env=env,
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path_factory.mktemp("handles-workers"),
+    )
     process.start(wait=True, timeout=60)
     yield process
     stop_quickly(process)

@@ -47,7 +47,7 @@ def observe_steps(steps: int, pause: float = 0.0, marker: str | None = None) -> 
         steps: How many steps to report.
         pause: Seconds between two steps; 0 for a hot loop.
         marker: A Redis key set once the last step is reported.
-    """
+    """  # noqa: E501
     for step in range(1, steps + 1):
         report_progress(step, steps, f"step {step}")
         if pause:

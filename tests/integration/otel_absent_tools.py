@@ -1,4 +1,5 @@
-"""A tool for ``test_without_opentelemetry.py``: says whether its worker can import OpenTelemetry."""
+"""A tool for ``test_without_opentelemetry.py``: says whether its worker can import
+OpenTelemetry."""
 
 from __future__ import annotations
 

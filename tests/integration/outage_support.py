@@ -73,10 +73,18 @@ def what_redis_holds_of(store: redis.Redis, call_ids: list[str], *logs: str) -> 
         lines.append(f"call {call_id}:")
         for key in store.scan_iter(match=f"*{call_id}*", count=1000):
             kind = store.type(key).decode()
-            value = store.get(key) if kind == "string" else store.hgetall(key) if kind == "hash" else kind
+            value = (
+                store.get(key)
+                if kind == "string"
+                else store.hgetall(key)
+                if kind == "hash"
+                else kind
+            )
             lines.append(f"  key {key!r} ttl {store.pttl(key)} ms: {value!r}"[:400])
         for key in lists:
             entries = [e for e in store.lrange(key, 0, -1) if call_id.encode() in e]
             lines += [f"  in list {key!r}: {e[:300]!r}" for e in entries]
-        lines += [f"  log: {line[:300]}" for log in logs for line in log.splitlines() if call_id in line]
+        lines += [
+            f"  log: {line[:300]}" for log in logs for line in log.splitlines() if call_id in line
+        ]
     return "\n".join(lines)

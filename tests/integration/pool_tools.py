@@ -17,4 +17,6 @@ QUEUE = "single"
 
 tool(name="idem_count_single", queue=QUEUE, idempotent=True)(idem_tools.idem_count)
 tool(name="fault_exit_single", queue=QUEUE)(fault_tools.fault_exit)
-tool(name="fault_exit_idempotent_single", queue=QUEUE, idempotent=True)(fault_tools.fault_exit_idempotent)
+tool(name="fault_exit_idempotent_single", queue=QUEUE, idempotent=True)(
+    fault_tools.fault_exit_idempotent
+)

@@ -171,9 +171,12 @@ async def probe_async_wait(seconds: float, marker: str | None = None) -> dict[st
     began = time.time()
     await asyncio.sleep(seconds)
     return {
-        "slept": seconds, "pid": os.getpid(), "thread": threading.current_thread().name,
-        "began": began, "ended": time.time(),
-    }  # fmt: skip
+        "slept": seconds,
+        "pid": os.getpid(),
+        "thread": threading.current_thread().name,
+        "began": began,
+        "ended": time.time(),
+    }
 
 
 @tool(queue="aio")
@@ -184,7 +187,11 @@ def probe_thread(seconds: float = 0.0) -> dict[str, Any]:
         seconds: How long to block.
     """
     time.sleep(seconds)
-    return {"pid": os.getpid(), "thread": threading.current_thread().name, "call_id": current_call().call_id}
+    return {
+        "pid": os.getpid(),
+        "thread": threading.current_thread().name,
+        "call_id": current_call().call_id,
+    }
 
 
 @tool(queue="aio", hard_timeout=0.5)
@@ -204,7 +211,9 @@ async def probe_async_hard(seconds: float, marker: str) -> dict[str, Any]:
 
 
 @tool(queue="aio", idempotent=True)
-async def probe_async_idem(counter: str, seconds: float = 0.0, marker: str | None = None) -> dict[str, Any]:
+async def probe_async_idem(
+    counter: str, seconds: float = 0.0, marker: str | None = None
+) -> dict[str, Any]:
     """INCR `counter`, await `seconds`, return the count: an idempotent, at-least-once async tool.
 
     Args:

@@ -19,7 +19,12 @@ __all__ = ["push_call", "read_replies"]
 
 
 def push_call(
-    client: redis.Redis, call: CallRequest, *, queue: str, times: int = 1, task_name: str = TASK_AT_LEAST_ONCE
+    client: redis.Redis,
+    call: CallRequest,
+    *,
+    queue: str,
+    times: int = 1,
+    task_name: str = TASK_AT_LEAST_ONCE,
 ) -> None:
     """Push the message of ``call`` onto ``queue`` ``times`` times, as the client writes it."""
     envelope = redis_envelope(call, queue=queue, headers=task_headers(call, task_name=task_name))
@@ -27,7 +32,9 @@ def push_call(
         client.lpush(queue, envelope)
 
 
-def read_replies(client: redis.Redis, reply_to: str, n: int, timeout: float = 15.0) -> list[CallOutcome]:
+def read_replies(
+    client: redis.Redis, reply_to: str, n: int, timeout: float = 15.0
+) -> list[CallOutcome]:
     """Up to ``n`` outcomes pushed to the reply list of ``reply_to`` within ``timeout``."""
     out: list[CallOutcome] = []
     ends = time.monotonic() + timeout

@@ -102,17 +102,22 @@ def _broker(
 ) -> Broker:
     url = redis_server.url if name == "redis" else AMQP_URL
     env = {
-        **settings_env, "TOOLEXEC_BROKER_URL": url, "TOOLEXEC_TOOL_MODULES": TOOL_MODULES,
+        **settings_env,
+        "TOOLEXEC_BROKER_URL": url,
+        "TOOLEXEC_TOOL_MODULES": TOOL_MODULES,
         QUEUE_VARIABLE: prefix,
-    }  # fmt: skip
+    }
     return Broker(name=name, url=url, env=env, queue=f"{prefix}_faults")
 
 
 @pytest.fixture(params=["redis", "amqp"])
 def broker(
-    request: pytest.FixtureRequest, settings_env: dict[str, str], redis_server: RedisServer,
-    fault_prefix: str, redis_client: redis.Redis,
-) -> Broker:  # fmt: skip
+    request: pytest.FixtureRequest,
+    settings_env: dict[str, str],
+    redis_server: RedisServer,
+    fault_prefix: str,
+    redis_client: redis.Redis,
+) -> Broker:
     """The broker under test, its queue emptied."""
     chosen = _broker(request.param, settings_env, redis_server, fault_prefix)
     chosen.purge(redis_client)
@@ -175,13 +180,23 @@ def _held(store: redis.Redis, client: ToolClient, *, started: bool) -> list[str]
 
 @pytest.mark.parametrize(
     ("broker", "pool"),
-    [("amqp", "prefork"), ("amqp", "threads"), ("amqp", "solo"), ("amqp", "asyncio"), ("redis", "prefork")],
+    [
+        ("amqp", "prefork"),
+        ("amqp", "threads"),
+        ("amqp", "solo"),
+        ("amqp", "asyncio"),
+        ("redis", "prefork"),
+    ],
     indirect=["broker"],
 )
 def test_a_worker_killed_as_its_at_most_once_call_starts_ends_it_in_worker_lost_without_a_deadline(
-    broker: Broker, pool: Pool, start: Callable[..., WorkerProcess], client: ToolClient,
-    redis_client: redis.Redis, settings: Settings,
-) -> None:  # fmt: skip
+    broker: Broker,
+    pool: Pool,
+    start: Callable[..., WorkerProcess],
+    client: ToolClient,
+    redis_client: redis.Redis,
+    settings: Settings,
+) -> None:
     """The worker's whole process group is SIGKILLed by the tool itself, the moment it
     starts: before any heartbeat names the call. On RabbitMQ the call was acknowledged
     (or is delivered again): only the holder recorded before either tells the caller."""
@@ -210,11 +225,16 @@ def test_a_worker_killed_as_its_at_most_once_call_starts_ends_it_in_worker_lost_
     assert client.replies.pending == 0
 
 
-@pytest.mark.parametrize(("broker", "pool"), [("amqp", "prefork"), ("amqp", "solo")], indirect=["broker"])
+@pytest.mark.parametrize(
+    ("broker", "pool"), [("amqp", "prefork"), ("amqp", "solo")], indirect=["broker"]
+)
 def test_a_worker_killed_as_its_at_least_once_call_starts_hands_it_to_another_worker(
-    broker: Broker, pool: Pool, start: Callable[..., WorkerProcess], client: ToolClient,
+    broker: Broker,
+    pool: Pool,
+    start: Callable[..., WorkerProcess],
+    client: ToolClient,
     redis_client: redis.Redis,
-) -> None:  # fmt: skip
+) -> None:
     """tests/integration/test_lost_windows.py's at-least-once case on RabbitMQ, killed for
     real: the message was never acknowledged, RabbitMQ delivers it again, and another
     worker runs it; no deadline."""
@@ -224,7 +244,9 @@ def test_a_worker_killed_as_its_at_least_once_call_starts_hands_it_to_another_wo
     counter, flag = _key("runs"), _key("flag")
     with concurrent.futures.ThreadPoolExecutor(1) as threads:
         call = threads.submit(die.invoke_sync, {"counter": counter, "flag": flag})
-        assert wait_until(lambda: not victim.is_running, timeout=30), "the tool never killed its worker"
+        assert wait_until(lambda: not victim.is_running, timeout=30), (
+            "the tool never killed its worker"
+        )
         survivor = start(pool)
         result = call.result(timeout=60)
     assert result["runs"] == 2  # the killed run, then the one RabbitMQ delivered again
@@ -232,8 +254,11 @@ def test_a_worker_killed_as_its_at_least_once_call_starts_hands_it_to_another_wo
 
 
 def test_an_at_most_once_call_a_killed_worker_had_taken_but_not_started_runs_at_most_once(
-    broker: Broker, start: Callable[..., WorkerProcess], client: ToolClient, redis_client: redis.Redis,
-) -> None:  # fmt: skip
+    broker: Broker,
+    start: Callable[..., WorkerProcess],
+    client: ToolClient,
+    redis_client: redis.Redis,
+) -> None:
     """A worker of one process holds a second call while it runs the first, then dies.
     RabbitMQ puts the second back (never acknowledged) and the next worker runs it; on
     Redis the worker had popped it, and its caller hears WorkerLost. Neither runs twice."""
@@ -265,9 +290,12 @@ def test_an_at_most_once_call_a_killed_worker_had_taken_but_not_started_runs_at_
 
 
 def test_a_killed_worker_s_idempotent_at_most_once_call_is_worker_lost_and_its_claim_freed(
-    broker: Broker, start: Callable[..., WorkerProcess], client: ToolClient, redis_client: redis.Redis,
+    broker: Broker,
+    start: Callable[..., WorkerProcess],
+    client: ToolClient,
+    redis_client: redis.Redis,
     settings: Settings,
-) -> None:  # fmt: skip
+) -> None:
     """The whole worker dies mid-call (tests/integration/test_idempotency.py has the
     Redis-only twin): WorkerLost, the claim released, and a retry in the run runs it."""
     victim = start()
@@ -347,8 +375,10 @@ class MutingProxy:
 
 
 def test_a_publish_rabbitmq_never_confirmed_is_outcome_unknown_not_not_sent_and_did_reach_it(
-    amqp: Broker, worker_factory: WorkerFactory, redis_client: redis.Redis,
-) -> None:  # fmt: skip
+    amqp: Broker,
+    worker_factory: WorkerFactory,
+    redis_client: redis.Redis,
+) -> None:
     """The AMQP twin of test_redis_outage's never-reported-as-not-sent test: the message
     reaches RabbitMQ, its basic.ack never reaches the client. At the deadline the caller
     hears ToolOutcomeUnknown, and the call does run."""
@@ -413,8 +443,12 @@ def test_over_rabbitmq_a_call_without_the_workers_signing_key_is_refused_and_dea
 def _poison(queue: str) -> dict[str, tuple[bytes, dict[str, Any]]]:
     """(body, message properties) of each shape a worker must refuse, by name."""
     good_headers = {"task": "toolexec.run_tool", "id": "c-" + uuid.uuid4().hex, "lang": "py"}
-    fields = {"call_id": "c-" + uuid.uuid4().hex, "tool": "fault_mark", "reply_to": "nobody",
-              "arguments": {"key": MARK}}  # fmt: skip
+    fields = {
+        "call_id": "c-" + uuid.uuid4().hex,
+        "tool": "fault_mark",
+        "reply_to": "nobody",
+        "arguments": {"key": MARK},
+    }
     json_type = {"content_type": "application/json", "content_encoding": "utf-8"}
 
     def call(body: Any, **headers: Any) -> tuple[bytes, dict[str, Any]]:
@@ -423,17 +457,28 @@ def _poison(queue: str) -> dict[str, tuple[bytes, dict[str, Any]]]:
     good = [[], fields, None]
     return {
         "garbage": (b"garbage " + MARK.encode(), {**json_type, "headers": good_headers}),
-        "pickle": (b"\x80\x04" + MARK.encode(), {"content_type": "application/x-python-serialize",
-                                                 "content_encoding": "binary", "headers": good_headers}),
-        "no task header": (json.dumps(good).encode(), {**json_type, "headers": {"id": "x", "x": MARK}}),
+        "pickle": (
+            b"\x80\x04" + MARK.encode(),
+            {
+                "content_type": "application/x-python-serialize",
+                "content_encoding": "binary",
+                "headers": good_headers,
+            },
+        ),
+        "no task header": (
+            json.dumps(good).encode(),
+            {**json_type, "headers": {"id": "x", "x": MARK}},
+        ),
         "an unknown task": call(good, task="celery.no_such_task"),
         "a body that is a number": call(5),
         "a body of the wrong arity": call([[], {"tool": MARK}]),
-        "call fields of the wrong types": call([[], {"call_id": 7, "tool": ["x"], "arguments": MARK}, None]),
+        "call fields of the wrong types": call(
+            [[], {"call_id": 7, "tool": ["x"], "arguments": MARK}, None]
+        ),
         "positional arguments": call([[MARK], fields, None]),
         "callbacks": call([[], fields, {"callbacks": [{"task": "celery.ping"}]}]),
         "a time limit that is not a number": call(good, timelimit=[MARK, None]),
-    }  # fmt: skip
+    }
 
 
 def test_over_rabbitmq_every_poison_message_is_dead_lettered_and_the_same_worker_serves_on(

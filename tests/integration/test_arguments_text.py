@@ -23,7 +23,11 @@ def test_an_arguments_string_runs_the_tool_as_its_dict_does(tool_client: ToolCli
 
 @pytest.mark.parametrize(
     ("text", "problem"),
-    [('{"query": fox}', "not JSON"), ('{"query": "fox", "limit": NaN}', "NaN"), ('["fox"]', "a JSON object")],
+    [
+        ('{"query": fox}', "not JSON"),
+        ('{"query": "fox", "limit": NaN}', "NaN"),
+        ('["fox"]', "a JSON object"),
+    ],
 )
 def test_a_bad_arguments_string_is_refused_with_a_message_for_the_model(
     tool_client: ToolClient, text: str, problem: str

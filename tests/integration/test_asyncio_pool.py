@@ -294,9 +294,12 @@ def test_a_plain_celery_task_runs_celerys_own_trace_and_takes_one_of_the_slots(
 ) -> None:
     # The benchmark's plain Celery app: tasks without an async body, on one slot (-c 1).
     argv = celery_worker_argv(
-        "bench.raw_celery", name=f"plain-{uuid.uuid4().hex[:8]}", pool="asyncio", concurrency=1,
+        "bench.raw_celery",
+        name=f"plain-{uuid.uuid4().hex[:8]}",
+        pool="asyncio",
+        concurrency=1,
         queues=[names.RAW_QUEUE],
-    )  # fmt: skip
+    )
     env = {**os.environ, **settings_env, **pool_env("asyncio")}
     app = raw_celery.create_app(settings)
     redis_client.delete(names.RAW_QUEUE, names.SHED_RAN_RAW, names.SHED_BUSY)
@@ -344,10 +347,24 @@ def test_celery_worker_without_a_pool_option_runs_the_asyncio_pool_the_worker_po
     # Celery's own mechanism: `worker_pool` in the app's config, set from TOOLEXEC_WORKER_POOL.
     redis_client.delete(QUEUE)
     argv = [
-        sys.executable, "-m", "celery", "-A", "executor", "worker", "-c", "50", "-Q", QUEUE,
-        "-n", f"configured-{uuid.uuid4().hex[:8]}@%h", "--without-gossip", "--without-mingle",
-        "--without-heartbeat", "-l", "WARNING",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "executor",
+        "worker",
+        "-c",
+        "50",
+        "-Q",
+        QUEUE,
+        "-n",
+        f"configured-{uuid.uuid4().hex[:8]}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-l",
+        "WARNING",
+    ]
     env = {**os.environ, **probe_env, "TOOLEXEC_WORKER_POOL": "asyncio"}
     env.pop("CELERY_CUSTOM_WORKER_POOL", None)
     with ChildProcess("configured", argv, env=env, cwd=PROJECT_ROOT, log_dir=tmp_path) as worker:
@@ -407,7 +424,8 @@ def test_an_asyncio_worker_with_c_n_runs_n_calls_at_once_with_a_prefetch_count_o
         for i in range(2 * n)
     ]
     redis_client.lpush(
-        QUEUE, *(redis_envelope(c, queue=QUEUE, headers=task_headers(c, task_name=task)) for c in calls)
+        QUEUE,
+        *(redis_envelope(c, queue=QUEUE, headers=task_headers(c, task_name=task)) for c in calls),
     )
 
     # While the first n await: n running on the worker.

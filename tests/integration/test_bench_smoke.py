@@ -50,7 +50,16 @@ def test_the_smoke_run_prints_a_table_for_every_scenario_draws_its_figures_and_e
     figures = tmp_path / "img"
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLEXEC_")}
     process = subprocess.Popen(
-        [sys.executable, "-m", "bench", "--smoke", "--markdown", str(markdown), "--plot", str(figures)],
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "--smoke",
+            "--markdown",
+            str(markdown),
+            "--plot",
+            str(figures),
+        ],
         cwd=PROJECT_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -99,7 +108,9 @@ def test_the_smoke_run_prints_a_table_for_every_scenario_draws_its_figures_and_e
 
 def _table(lines: list[str], columns: tuple[str, ...]) -> list[list[str]] | None:
     """The cells of each row of the (squeezed) markdown table with these columns, or None."""
-    header = next((i for i, line in enumerate(lines) if line == "| " + " | ".join(columns) + " |"), None)
+    header = next(
+        (i for i, line in enumerate(lines) if line == "| " + " | ".join(columns) + " |"), None
+    )
     if header is None:
         return None
     rows = itertools.takewhile(lambda line: line.startswith("|"), lines[header + 2 :])
@@ -122,7 +133,11 @@ import json, sys
 import agent_client, bench.cli, bench.harness, bench.scenarios, bench.tools, toolexec
 from executor.seams.app import create_app
 from wire.settings import Settings
-create_app(Settings.from_env({"TOOLEXEC_BROKER_URL": "redis://127.0.0.1:1/0"}, tool_modules=("bench.tools",)))
+create_app(
+    Settings.from_env(
+        {"TOOLEXEC_BROKER_URL": "redis://127.0.0.1:1/0"}, tool_modules=("bench.tools",)
+    )
+)
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "gevent")))
 """
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLEXEC_")}

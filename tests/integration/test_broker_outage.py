@@ -44,7 +44,7 @@ def own_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
 
 
-def test_redis_down_ends_each_call_at_its_deadline_with_what_it_knows_and_calls_work_again_after_a_restart(
+def test_redis_down_ends_each_call_at_its_deadline_with_what_it_knows_and_calls_work_again_after_a_restart(  # noqa: E501
     own_server: RedisServer,
     worker_factory: WorkerFactory,
     probe_env: dict[str, str],
@@ -81,7 +81,9 @@ def test_redis_down_ends_each_call_at_its_deadline_with_what_it_knows_and_calls_
             return time.monotonic() - started
 
         waited = asyncio.run(in_flight_when_redis_stops())
-        assert 3.0 <= waited < 3.0 + _SLACK, f"the waiting caller heard after {waited:.2f}s of its 3 s"
+        assert 3.0 <= waited < 3.0 + _SLACK, (
+            f"the waiting caller heard after {waited:.2f}s of its 3 s"
+        )
 
         # A new call with Redis down is sent again and again until its deadline, then
         # told it was not sent (so a retry is safe), sync and async.

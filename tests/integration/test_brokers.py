@@ -192,7 +192,8 @@ def _marker() -> str:
 
 
 def _started(store: redis.Redis, marker: str, client: ToolClient) -> int:
-    """Wait until the call writing ``marker`` runs and its worker's heartbeat records that; its PID."""
+    """Wait until the call writing ``marker`` runs and its worker's heartbeat records
+    that; its PID."""
     assert wait_until(lambda: store.exists(marker), timeout=30), "the call never started"
     pid = int(store.get(marker) or 0)
 
@@ -473,7 +474,9 @@ for i in range(senders):
     if pid == 0:  # the sender: submit, tell the id, and leave at once
         os.close(read)
         configure()
-        handle = remote_tool("broker_slow").submit({"counter": f"{prefix}:{i}", "seconds": 0.0}, timeout=60)
+        handle = remote_tool("broker_slow").submit(
+            {"counter": f"{prefix}:{i}", "seconds": 0.0}, timeout=60
+        )
         os.write(write, handle.id.encode())
         if how == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -490,7 +493,11 @@ for i in range(senders):
 
 @pytest.mark.parametrize("how", ["sigkill", "close", "exit"])
 def test_a_call_whose_sender_leaves_the_moment_submit_returns_runs_once_and_is_found(
-    how: str, broker: Broker, solo: Callable[[], WorkerProcess], client: ToolClient, redis_client: redis.Redis
+    how: str,
+    broker: Broker,
+    solo: Callable[[], WorkerProcess],
+    client: ToolClient,
+    redis_client: redis.Redis,
 ) -> None:
     # submit() returns once the call's record and message are confirmed: a sender that
     # leaves right after (SIGKILLed, after closing its client, or just exiting) loses
@@ -498,9 +505,14 @@ def test_a_call_whose_sender_leaves_the_moment_submit_returns_runs_once_and_is_f
     solo()
     prefix = f"{_PREFIX}walk:{uuid.uuid4().hex}"
     senders = subprocess.run(
-        [sys.executable, "-c", _WALK_AWAY, how, "20", prefix], env={**os.environ, **broker.env},
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=180, check=False,
-    )  # fmt: skip
+        [sys.executable, "-c", _WALK_AWAY, how, "20", prefix],
+        env={**os.environ, **broker.env},
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert senders.returncode == 0, senders.stderr[-3000:]
     told = [line.split() for line in senders.stdout.splitlines()]
     assert len(told) == 20, senders.stdout

@@ -145,7 +145,13 @@ def test_an_unknown_tool_is_not_found_and_the_error_lists_the_available_tools(
 
 
 @pytest.mark.parametrize(
-    ("option", "value"), [("run_id", 123), ("run_id", ""), ("idempotency_key", "k" * 10_000), ("idempotency_key", {"a": 1})]
+    ("option", "value"),
+    [
+        ("run_id", 123),
+        ("run_id", ""),
+        ("idempotency_key", "k" * 10_000),
+        ("idempotency_key", {"a": 1}),
+    ],
 )
 def test_a_run_id_or_key_the_wire_cannot_carry_is_refused_and_nothing_is_sent(
     tool_client: ToolClient, redis_client: redis.Redis, option: str, value: Any
@@ -153,7 +159,9 @@ def test_a_run_id_or_key_the_wire_cannot_carry_is_refused_and_nothing_is_sent(
     today = remote_tool("get_today_date", timeout=10)  # idempotent: it takes a key
     pushes_before = _lpush_calls(redis_client)
 
-    with pytest.raises(ValueError, match=f"^{option} must be a non-empty string of at most 1024 characters"):
+    with pytest.raises(
+        ValueError, match=f"^{option} must be a non-empty string of at most 1024 characters"
+    ):
         today.invoke_sync({}, **{option: value})
     with pytest.raises(ValueError, match=f"^{option} must be a non-empty string"):
         asyncio.run(today.invoke({}, **{option: value}))
@@ -209,7 +217,9 @@ def test_a_tool_that_raises_reports_the_remote_type_and_message(tool_client: Too
 _DEADLINE_SLACK = 0.05
 
 
-def test_a_short_deadline_frees_a_sync_caller_on_time(tool_client: ToolClient, redis_client: redis.Redis) -> None:
+def test_a_short_deadline_frees_a_sync_caller_on_time(
+    tool_client: ToolClient, redis_client: redis.Redis
+) -> None:
     slow = remote_tool("slow_report", timeout=0.2)
     started = time.monotonic()
     with pytest.raises(ToolTimeoutError) as raised:

@@ -71,7 +71,9 @@ def test_a_cancelled_sync_tool_sees_its_event_and_its_waiters_get_tool_cancelled
     assert handle.cancel() is False  # ended already
 
 
-def test_a_cancelled_queued_call_never_starts(worker: WorkerProcess, client: ToolClient, env: dict[str, str]) -> None:
+def test_a_cancelled_queued_call_never_starts(
+    worker: WorkerProcess, client: ToolClient, env: dict[str, str]
+) -> None:
     slow = remote_tool("slow", client=client)
     busy = [token(), token()]
     holders = [slow.submit({"token": t, "seconds": 1.5}, timeout=30) for t in busy]  # both slots
@@ -89,9 +91,13 @@ def test_a_cancelled_queued_call_never_starts(worker: WorkerProcess, client: Too
     assert runs(env, mark) == []
 
 
-def test_an_async_tool_gets_cancelled_error(worker: WorkerProcess, client: ToolClient, env: dict[str, str]) -> None:
+def test_an_async_tool_gets_cancelled_error(
+    worker: WorkerProcess, client: ToolClient, env: dict[str, str]
+) -> None:
     mark = token()
-    handle = remote_tool("waits", client=client).submit({"token": mark, "seconds": 30.0}, timeout=60)
+    handle = remote_tool("waits", client=client).submit(
+        {"token": mark, "seconds": 30.0}, timeout=60
+    )
     assert wait_until(lambda: runs(env, mark) == ["start"], timeout=10)
     handle.cancel()
     with pytest.raises(ToolCancelled):
@@ -109,7 +115,9 @@ def test_a_cancelled_idempotent_call_stores_nothing_and_the_same_call_runs_again
     first.cancel()
     with pytest.raises(ToolCancelled):
         first.result_sync(timeout=5)
-    assert keyed.invoke_sync({"token": mark, "seconds": 0.1}, timeout=30, run_id=f"run-{mark}") == mark
+    assert (
+        keyed.invoke_sync({"token": mark, "seconds": 0.1}, timeout=30, run_id=f"run-{mark}") == mark
+    )
     assert runs(env, mark) == ["start", "stopped", "start", "end"]
 
 
@@ -118,7 +126,9 @@ def test_on_abandon_cancel_stops_the_work_when_the_callers_deadline_passes(
 ) -> None:
     mark = token()
     with pytest.raises(ToolTimeoutError):
-        remote_tool("abandoned", client=client).invoke_sync({"token": mark, "seconds": 30.0}, timeout=1.0)
+        remote_tool("abandoned", client=client).invoke_sync(
+            {"token": mark, "seconds": 30.0}, timeout=1.0
+        )
     assert wait_until(lambda: runs(env, mark) == ["start", "stopped"], timeout=5), runs(env, mark)
 
 
@@ -144,15 +154,21 @@ def test_the_caller_chooses_on_abandon_per_call_per_proxy_and_per_toolset(
         if level == "proxy":
             slow = remote_tool("slow", client=client, on_abandon="cancel")
         else:
-            slow = remote_tools(client=client, queues=["handles"], on_abandon={"slow": "cancel"})["slow"]
+            slow = remote_tools(client=client, queues=["handles"], on_abandon={"slow": "cancel"})[
+                "slow"
+            ]
         assert slow.on_abandon == "cancel"
         with pytest.raises(ToolTimeoutError):
             slow.invoke_sync(arguments, timeout=1.0)
     assert wait_until(lambda: runs(env, mark) == ["start", "stopped"], timeout=5), runs(env, mark)
 
 
-def test_an_on_abandon_that_is_neither_leave_nor_cancel_is_refused_naming_it(client: ToolClient) -> None:
-    with pytest.raises(ValueError, match="on_abandon for tool 'slow' must be 'leave', 'cancel' or None; got 'stop'"):
+def test_an_on_abandon_that_is_neither_leave_nor_cancel_is_refused_naming_it(
+    client: ToolClient,
+) -> None:
+    with pytest.raises(
+        ValueError, match="on_abandon for tool 'slow' must be 'leave', 'cancel' or None; got 'stop'"
+    ):
         remote_tool("slow", client=client, on_abandon="stop")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="on_abandon names tools not in this toolset: 'nope'"):
         remote_tools(client=client, queues=["handles"], on_abandon={"nope": "cancel"})
@@ -179,32 +195,49 @@ def test_on_abandon_cancel_stops_the_work_when_the_awaiting_task_is_cancelled(
 # -- prefork: a tool that ignores its cancel ---------------------------------------------
 
 
-def test_a_cancelled_busy_loop_on_prefork_loses_its_process_within_grace_and_the_pool_serves_the_next_call(
+def test_a_cancelled_busy_loop_on_prefork_loses_its_process_within_grace_and_the_pool_serves_the_next_call(  # noqa: E501
     own_server: RedisServer, tmp_path: Path
 ) -> None:
     env = {
-        "TOOLEXEC_BROKER_URL": own_server.url, "TOOLEXEC_REDIS_URL": own_server.url,
-        "TOOLEXEC_DATA_DIR": str(tmp_path / "data"), "TOOLEXEC_HEARTBEAT_INTERVAL": "1",
+        "TOOLEXEC_BROKER_URL": own_server.url,
+        "TOOLEXEC_REDIS_URL": own_server.url,
+        "TOOLEXEC_DATA_DIR": str(tmp_path / "data"),
+        "TOOLEXEC_HEARTBEAT_INTERVAL": "1",
         "TOOLEXEC_TOOL_MODULES": MODULES,
-    }  # fmt: skip
+    }
     process = WorkerProcess(
-        name=f"handles-busy-{uuid.uuid4().hex[:6]}", pool="prefork", concurrency=1, queues=(QUEUE,),
-        env=env, cwd=PROJECT_ROOT, log_dir=tmp_path / "workers",
-    )  # fmt: skip
+        name=f"handles-busy-{uuid.uuid4().hex[:6]}",
+        pool="prefork",
+        concurrency=1,
+        queues=(QUEUE,),
+        env=env,
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path / "workers",
+    )
     process.start(wait=True, timeout=60)
     tool_client = ToolClient(Settings.from_env(env))
     try:
         mark = token()
-        handle = remote_tool("busy", client=tool_client).submit({"token": mark, "seconds": 60.0}, timeout=120)
+        handle = remote_tool("busy", client=tool_client).submit(
+            {"token": mark, "seconds": 60.0}, timeout=120
+        )
         assert wait_until(lambda: runs(env, mark) == ["start"], timeout=10)
         (child,) = process.child_pids()
         began = time.monotonic()
         handle.cancel()
         with pytest.raises(ToolCancelled):
             handle.result_sync(timeout=5)
-        assert wait_until(lambda: not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE, timeout=5)
+        assert wait_until(
+            lambda: (
+                not psutil.pid_exists(child)
+                or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+            ),
+            timeout=5,
+        )
         assert time.monotonic() - began < 1.0 + 1.0, "the process outlived grace + 1 s"
-        assert remote_tool("slow", client=tool_client).invoke_sync({"token": token(), "seconds": 0.1}, timeout=30)
+        assert remote_tool("slow", client=tool_client).invoke_sync(
+            {"token": token(), "seconds": 0.1}, timeout=30
+        )
         assert runs(env, mark) == ["start"]
     finally:
         tool_client.close()
@@ -220,9 +253,14 @@ def test_toolexec_cancel_stops_a_call_and_says_when_it_had_ended(
 
     def cancel(*words: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "toolexec.cli", "cancel", *words], env={**os.environ, **env},
-            cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            [sys.executable, "-m", "toolexec.cli", "cancel", *words],
+            env={**os.environ, **env},
+            cwd=PROJECT_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
 
     first = cancel(handle.id, "--json")
     assert first.returncode == 0, first.stderr
@@ -231,10 +269,16 @@ def test_toolexec_cancel_stops_a_call_and_says_when_it_had_ended(
         handle.result_sync(timeout=5)
     assert runs(env, mark) == ["start", "stopped"]
     again = cancel(handle.id)
-    assert again.returncode == 1 and f"call {handle.id} had ended (cancelled): nothing to cancel" in again.stderr
+    assert (
+        again.returncode == 1
+        and f"call {handle.id} had ended (cancelled): nothing to cancel" in again.stderr
+    )
     unknown = cancel("no-such-id")
     assert unknown.returncode == 4, unknown.stderr
-    assert "no call no-such-id is known" in unknown.stderr and "nothing was cancelled" in unknown.stderr
+    assert (
+        "no call no-such-id is known" in unknown.stderr
+        and "nothing was cancelled" in unknown.stderr
+    )
     assert "cancelled no-such-id" not in unknown.stdout
 
 
@@ -251,13 +295,18 @@ def test_a_sync_tool_that_ignores_its_cancel_is_answered_after_its_grace_and_sho
         handle.result_sync(timeout=10)
     assert time.monotonic() - began < 1.0 + 0.8  # the grace, and the way back
     if worker.pool == "prefork":  # its process is stopped and replaced
-        assert wait_until(lambda: set(worker.child_pids()) - children and len(worker.child_pids()) == 2, timeout=10)
+        assert wait_until(
+            lambda: set(worker.child_pids()) - children and len(worker.child_pids()) == 2,
+            timeout=10,
+        )
         assert runs(env, mark) == ["start"]
     else:  # a thread cannot be stopped: it runs on, and the worker's heartbeat says so
         assert wait_until(lambda: ignoring_cancel(env, worker.pid) == 1, timeout=5)
         assert wait_until(lambda: runs(env, mark) == ["start", "end"], timeout=10)
         assert wait_until(lambda: ignoring_cancel(env, worker.pid) == 0, timeout=5)
-    assert remote_tool("slow", client=client).invoke_sync({"token": token(), "seconds": 0.1}, timeout=30)
+    assert remote_tool("slow", client=client).invoke_sync(
+        {"token": token(), "seconds": 0.1}, timeout=30
+    )
 
 
 def ignoring_cancel(env: dict[str, str], pid: int | None) -> int | None:
@@ -284,9 +333,15 @@ def test_a_plain_calls_id_is_known_while_it_runs_and_cancels_it_and_its_error_na
                 await asyncio.sleep(0.02)
             assert [s.tool for s in sent] == ["slow"]
             command = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "toolexec.cli", "cancel", sent[0].call_id, env={**os.environ, **env},
-                cwd=PROJECT_ROOT, stderr=asyncio.subprocess.PIPE,
-            )  # fmt: skip
+                sys.executable,
+                "-m",
+                "toolexec.cli",
+                "cancel",
+                sent[0].call_id,
+                env={**os.environ, **env},
+                cwd=PROJECT_ROOT,
+                stderr=asyncio.subprocess.PIPE,
+            )
             _, stderr = await command.communicate()
             assert command.returncode == 0, stderr
             with pytest.raises(ToolCancelled) as raised:

@@ -24,9 +24,24 @@ pytestmark = pytest.mark.integration
 @pytest.mark.parametrize("seed", [202, 221, 349])
 def test_a_seeded_schedule_of_faults_breaks_no_promise(seed: int) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "bench", "chaos", "--first-seed", str(seed), "--seeds", "1", "--seconds", "15"],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=280, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench",
+            "chaos",
+            "--first-seed",
+            str(seed),
+            "--seeds",
+            "1",
+            "--seconds",
+            "15",
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-3000:]
     assert "0 violations" in run.stdout
     assert "faults:" in run.stdout and " calls (" in run.stdout

@@ -304,9 +304,12 @@ def test_a_call_with_redis_unreachable_exits_5(cli_env: dict[str, str], closed_p
     closed = f"redis://127.0.0.1:{closed_port}/0"
 
     done = run(
-        "call", "cli_echo", "text=x", env=cli_env,
+        "call",
+        "cli_echo",
+        "text=x",
+        env=cli_env,
         extra_env={"TOOLEXEC_BROKER_URL": closed, "TOOLEXEC_REDIS_URL": closed},
-    )  # fmt: skip
+    )
 
     assert done.returncode == 5
     assert "BrokerUnavailable" in one_line_error(done)
@@ -317,9 +320,23 @@ def test_a_call_whose_worker_process_dies_exits_6(
 ) -> None:
     marker = f"cli-test:{uuid.uuid4().hex}"
     call = subprocess.Popen(
-        [sys.executable, "-m", "toolexec", "call", "cli_sleep", "seconds=60", f"marker={marker}", "--timeout", "90"],
-        env={**os.environ, **cli_env}, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "toolexec",
+            "call",
+            "cli_sleep",
+            "seconds=60",
+            f"marker={marker}",
+            "--timeout",
+            "90",
+        ],
+        env={**os.environ, **cli_env},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert wait_until(lambda: redis_client.get(marker) is not None, timeout=60)
         child = int(redis_client.get(marker) or 0)
@@ -408,9 +425,14 @@ def test_a_call_that_may_have_reached_redis_without_a_reply_exits_7(
     url = f"redis://127.0.0.1:{proxy.port}/0"
     try:
         done = run(
-            "call", "cli_sleep", "seconds=0", "--timeout", "1", env=cli_env,
+            "call",
+            "cli_sleep",
+            "seconds=0",
+            "--timeout",
+            "1",
+            env=cli_env,
             extra_env={"TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": url},
-        )  # fmt: skip
+        )
     finally:
         proxy.close()
 
@@ -429,23 +451,64 @@ _NOT_A_BROKER = "TOOLEXEC_BROKER_URL: must be a Redis (redis://, rediss://, unix
 @pytest.mark.parametrize(
     ("words", "extra_env", "code", "says"),
     [
-        (["call", "cli_echo", "text=x", "--timeout", "soon"], {}, 2, "--timeout must be a positive number"),
-        (["call", "cli_echo", "text=x", "--timeout", "-1"], {}, 2, "--timeout must be a positive number"),
-        (["call", "cli_echo", "text=x", "--timeout", "1e300"], {}, 2, "at most 31622400 (366 days)"),
+        (
+            ["call", "cli_echo", "text=x", "--timeout", "soon"],
+            {},
+            2,
+            "--timeout must be a positive number",
+        ),
+        (
+            ["call", "cli_echo", "text=x", "--timeout", "-1"],
+            {},
+            2,
+            "--timeout must be a positive number",
+        ),
+        (
+            ["call", "cli_echo", "text=x", "--timeout", "1e300"],
+            {},
+            2,
+            "at most 31622400 (366 days)",
+        ),
         (["call", "cli_echo", "@/no/such/file.json"], {}, 2, "cannot read the arguments file"),
         (["call", "cli_echo", "text"], {}, 2, "is not a JSON object, key=value, @file or -"),
         (["status"], {"TOOLEXEC_DEFAULT_TIMEOUT": "-3"}, 8, "TOOLEXEC_DEFAULT_TIMEOUT"),
         (["tools"], {"TOOLEXEC_REDIS_URL": "http://127.0.0.1:80/"}, 8, "TOOLEXEC_REDIS_URL"),
-        (["call", "cli_echo", "text=x"], {"TOOLEXEC_BROKER_URL": "sqs://queue.example/"}, 8, _NOT_A_BROKER),
-        (["tools"], {"TOOLEXEC_BROKER_URL": "sqs://queue.example/", "TOOLEXEC_REDIS_URL": ""}, 8, _NOT_A_BROKER),
+        (
+            ["call", "cli_echo", "text=x"],
+            {"TOOLEXEC_BROKER_URL": "sqs://queue.example/"},
+            8,
+            _NOT_A_BROKER,
+        ),
+        (
+            ["tools"],
+            {"TOOLEXEC_BROKER_URL": "sqs://queue.example/", "TOOLEXEC_REDIS_URL": ""},
+            8,
+            _NOT_A_BROKER,
+        ),
         (["status"], {"TOOLEXEC_BROKER_URL": "http://queue.example/"}, 8, _NOT_A_BROKER),
-        (["tools"], {"TOOLEXEC_BROKER_URL": "amqp://guest:guest@127.0.0.1//", "TOOLEXEC_REDIS_URL": ""}, 8,
-         "TOOLEXEC_REDIS_URL is required"),
+        (
+            ["tools"],
+            {"TOOLEXEC_BROKER_URL": "amqp://guest:guest@127.0.0.1//", "TOOLEXEC_REDIS_URL": ""},
+            8,
+            "TOOLEXEC_REDIS_URL is required",
+        ),
         (["worker"], {"TOOLEXEC_HEARTBEAT_INTERVAL": "often"}, 8, "TOOLEXEC_HEARTBEAT_INTERVAL"),
     ],
-    ids=["word-timeout", "negative-timeout", "huge-timeout", "missing-file", "bare-word", "bad-setting", "http-redis-url",
-         "sqs-broker", "sqs-broker-no-redis-url", "http-broker", "amqp-no-redis-url", "worker-bad-setting"],
-)  # fmt: skip
+    ids=[
+        "word-timeout",
+        "negative-timeout",
+        "huge-timeout",
+        "missing-file",
+        "bare-word",
+        "bad-setting",
+        "http-redis-url",
+        "sqs-broker",
+        "sqs-broker-no-redis-url",
+        "http-broker",
+        "amqp-no-redis-url",
+        "worker-bad-setting",
+    ],
+)
 def test_bad_input_is_one_line_and_an_exit_code_never_a_traceback(
     cli_env: dict[str, str], words: list[str], extra_env: dict[str, str], code: int, says: str
 ) -> None:
@@ -668,8 +731,12 @@ def test_status_watch_prints_one_snapshot_per_interval_until_interrupted(
     )
     watch = subprocess.Popen(
         [sys.executable, "-c", interruptible, "status", "--json", "--watch", "--interval", "0.2"],
-        env={**os.environ, **cli_env}, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env={**os.environ, **cli_env},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert watch.stdout is not None
         snapshots = [json.loads(watch.stdout.readline()) for _ in range(3)]
@@ -699,8 +766,11 @@ def test_a_tool_reporting_progress_draws_a_bar_on_a_terminal_and_nothing_on_a_pi
         call = subprocess.Popen(
             [sys.executable, "-m", "toolexec", "call", "cli_steps", "steps=4", "pause=0.4"],
             env={**os.environ, **cli_env, "COLUMNS": "100", "TERM": "xterm"},
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=terminal, text=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            text=True,
+        )
         os.close(terminal)
         reader.start()
         out, _ = call.communicate(timeout=90)

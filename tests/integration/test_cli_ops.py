@@ -44,12 +44,19 @@ def ops_env(settings_env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def ops_worker(ops_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerInfo]:
+def ops_worker(
+    ops_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerInfo]:
     """A worker of the CLI tools on ``cli`` (the Redis broker); its heartbeat."""
     worker = WorkerProcess(
-        name=f"ops-{uuid.uuid4().hex[:8]}", pool="prefork", concurrency=2, queues=("cli",),
-        env=ops_env, cwd=ROOT, log_dir=tmp_path_factory.mktemp("ops-worker"),
-    )  # fmt: skip
+        name=f"ops-{uuid.uuid4().hex[:8]}",
+        pool="prefork",
+        concurrency=2,
+        queues=("cli",),
+        env=ops_env,
+        cwd=ROOT,
+        log_dir=tmp_path_factory.mktemp("ops-worker"),
+    )
     with worker:
         assert worker.info is not None
         yield worker.info
@@ -66,18 +73,31 @@ def _answers(host: str, port: int) -> bool:
 # -- metrics on another address --------------------------------------------------------
 
 
-def test_toolexec_worker_serves_metrics_on_the_address_metrics_host_names_and_on_127_0_0_1_by_default(
+def test_toolexec_worker_serves_metrics_on_the_address_metrics_host_names_and_on_127_0_0_1_by_default(  # noqa: E501
     ops_env: dict[str, str], redis_client: redis.Redis, tmp_path: Path
 ) -> None:
     """127.0.0.2 stands for an address other than the default (a container's 0.0.0.0
     is docker-compose.yml's, checked in tests/unit/test_compose.py)."""
     elsewhere, default = free_port(), free_port()
+
     def worker(port: int, *extra: str) -> ChildProcess:
-        words = ["worker", "-Q", f"cli-metrics-{port}", "-c", "1", "--metrics-port", str(port), *extra]
+        words = [
+            "worker",
+            "-Q",
+            f"cli-metrics-{port}",
+            "-c",
+            "1",
+            "--metrics-port",
+            str(port),
+            *extra,
+        ]
         return ChildProcess(
-            f"metrics-{port}", [sys.executable, "-m", "toolexec", *words],
-            env={**os.environ, **ops_env}, cwd=ROOT, log_dir=tmp_path,
-        )  # fmt: skip
+            f"metrics-{port}",
+            [sys.executable, "-m", "toolexec", *words],
+            env={**os.environ, **ops_env},
+            cwd=ROOT,
+            log_dir=tmp_path,
+        )
 
     def beating(process: ChildProcess) -> bool:
         pid = process.pid
@@ -107,7 +127,9 @@ def test_status_with_rabbitmq_down_names_rabbitmq_shows_the_rest_and_exits_5(
         up = run("status", "--json", env=ops_env, extra_env={"TOOLEXEC_BROKER_URL": broker})
         proxy.stop()
         down = run("status", "--json", env=ops_env, extra_env={"TOOLEXEC_BROKER_URL": broker})
-        table = run("status", env=ops_env, extra_env={"TOOLEXEC_BROKER_URL": broker, "COLUMNS": "200"})
+        table = run(
+            "status", env=ops_env, extra_env={"TOOLEXEC_BROKER_URL": broker, "COLUMNS": "200"}
+        )
     finally:
         proxy.stop()
 
@@ -124,7 +146,7 @@ def test_status_with_rabbitmq_down_names_rabbitmq_shows_the_rest_and_exits_5(
     assert ops_worker.worker_id in table.stdout and "queue depths unknown" in table.stdout
 
 
-def test_a_workers_healthcheck_passes_while_the_broker_is_down_and_fails_for_a_worker_that_is_not_live(
+def test_a_workers_healthcheck_passes_while_the_broker_is_down_and_fails_for_a_worker_that_is_not_live(  # noqa: E501
     ops_worker: WorkerInfo, ops_env: dict[str, str], closed_port: int
 ) -> None:
     """What docker-compose.yml's worker healthcheck runs: a RabbitMQ outage must not make
@@ -140,13 +162,19 @@ def test_a_workers_healthcheck_passes_while_the_broker_is_down_and_fails_for_a_w
     assert "no live worker named" in one_line_error(gone)
 
 
-@pytest.mark.parametrize("command", [["tools"], ["tools", "--json"], ["status"], ["status", "--json"]])
+@pytest.mark.parametrize(
+    "command", [["tools"], ["tools", "--json"], ["status"], ["status", "--json"]]
+)
 def test_tools_and_status_exit_5_in_one_line_when_redis_is_unreachable(
     command: list[str], ops_env: dict[str, str], closed_port: int
 ) -> None:
     closed = f"redis://127.0.0.1:{closed_port}/0"
 
-    done = run(*command, env=ops_env, extra_env={"TOOLEXEC_BROKER_URL": closed, "TOOLEXEC_REDIS_URL": closed})
+    done = run(
+        *command,
+        env=ops_env,
+        extra_env={"TOOLEXEC_BROKER_URL": closed, "TOOLEXEC_REDIS_URL": closed},
+    )
 
     assert done.returncode == 5, done.stdout + done.stderr
     assert f"Redis at {closed} is unreachable" in one_line_error(done)
@@ -175,7 +203,10 @@ def test_call_with_timeout_none_waits_past_the_default_deadline_for_its_result(
 
 
 def test_a_failed_demo_without_logs_keeps_them_in_a_new_directory_it_names(tmp_path: Path) -> None:
-    done = run("demo", env={"TOOLEXEC_TOOL_MODULES": "no_such_module_for_the_demo", "TMPDIR": str(tmp_path)})
+    done = run(
+        "demo",
+        env={"TOOLEXEC_TOOL_MODULES": "no_such_module_for_the_demo", "TMPDIR": str(tmp_path)},
+    )
 
     assert done.returncode == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
@@ -196,10 +227,19 @@ def test_status_watch_draws_its_tables_the_number_of_times_count_says_and_exits_
     ops_worker: WorkerInfo, ops_env: dict[str, str]
 ) -> None:
     done = run(
-        "status", "--watch", "--count", "2", "--interval", "0.2", env=ops_env,
-        extra_env={"COLUMNS": "200"}, timeout=60,
-    )  # fmt: skip
-    json_lines = run("status", "--watch", "--json", "--count", "3", "--interval", "0.1", env=ops_env)
+        "status",
+        "--watch",
+        "--count",
+        "2",
+        "--interval",
+        "0.2",
+        env=ops_env,
+        extra_env={"COLUMNS": "200"},
+        timeout=60,
+    )
+    json_lines = run(
+        "status", "--watch", "--json", "--count", "3", "--interval", "0.1", env=ops_env
+    )
 
     assert done.returncode == 0, done.stderr
     for expected in ("toolexec status at", ops_worker.worker_id, "queues", "dead-lettered"):

@@ -86,7 +86,9 @@ class SkewedWorker:
         self.name = f"skew{skew:+g}-{pool}-{uuid.uuid4().hex[:8]}"
         self.process = ChildProcess(
             self.name,
-            celery_worker_argv("executor", name=self.name, pool=pool, concurrency=1, queues=(QUEUE,)),
+            celery_worker_argv(
+                "executor", name=self.name, pool=pool, concurrency=1, queues=(QUEUE,)
+            ),
             env={**os.environ, **pool_env(pool), **env, **skewed_env(library, skew)},
             cwd=PROJECT_ROOT,
             log_dir=log_dir,
@@ -188,11 +190,19 @@ def prepared(
     """The message the client writes for a call of ``tool``, replying to ``reply_to``."""
     spec = client.catalog.spec(tool)
     return prepare_call(
-        spec, arguments,
-        validator=ArgumentValidator(spec.name, spec.parameters, max_bytes=client.settings.max_argument_bytes),
-        settings=client.settings, call_id=f"{reply_to}-{uuid.uuid4().hex[:8]}", reply_to=reply_to,
-        timeout=timeout, run_id=None, idempotency_key=None, origin="skew-test",
-    )  # fmt: skip
+        spec,
+        arguments,
+        validator=ArgumentValidator(
+            spec.name, spec.parameters, max_bytes=client.settings.max_argument_bytes
+        ),
+        settings=client.settings,
+        call_id=f"{reply_to}-{uuid.uuid4().hex[:8]}",
+        reply_to=reply_to,
+        timeout=timeout,
+        run_id=None,
+        idempotency_key=None,
+        origin="skew-test",
+    )
 
 
 @pytest.mark.parametrize(

@@ -88,11 +88,18 @@ def env(server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> dict[s
 
 
 @pytest.fixture(scope="module")
-def worker(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+def worker(
+    env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     worker = WorkerProcess(
-        name=f"counted-{uuid.uuid4().hex[:8]}", pool="solo", concurrency=1, queues=("counted",),
-        env=env, cwd=PROJECT_ROOT, log_dir=tmp_path_factory.mktemp("counted-worker"),
-    )  # fmt: skip
+        name=f"counted-{uuid.uuid4().hex[:8]}",
+        pool="solo",
+        concurrency=1,
+        queues=("counted",),
+        env=env,
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path_factory.mktemp("counted-worker"),
+    )
     with worker.start():
         yield worker
 
@@ -236,9 +243,22 @@ def test_idempotent_calls_in_flight_share_the_claim_script_and_its_push(
     # Per call, whatever the batching: the claim's SET, the worker's BRPOP, begin,
     # store, reply push and its EXPIRE.
     assert {name: counts[name] for name in ("set", "brpop", "rpush", "expire")} == {
-        "set": 3 * CONCURRENT, "brpop": CONCURRENT, "rpush": CONCURRENT, "expire": CONCURRENT,
-    }  # fmt: skip
+        "set": 3 * CONCURRENT,
+        "brpop": CONCURRENT,
+        "rpush": CONCURRENT,
+        "expire": CONCURRENT,
+    }
     # Per batch: one claim script and one LPUSH for every call it sent.
     assert counts["lpush"] == counts["evalsha"] < CONCURRENT
     # Per read of the reply list, and nothing else.
-    assert set(counts) <= {"set", "brpop", "rpush", "expire", "lpush", "evalsha", "ltrim", "blmove", "lrange"}
+    assert set(counts) <= {
+        "set",
+        "brpop",
+        "rpush",
+        "expire",
+        "lpush",
+        "evalsha",
+        "ltrim",
+        "blmove",
+        "lrange",
+    }

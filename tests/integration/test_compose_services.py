@@ -86,7 +86,8 @@ def command(name: str) -> list[str]:
 
 
 def redis_cli(port: int) -> str:
-    """``redis-cli`` of the server :func:`command` runs (beside it, as in the image), to ``port``."""
+    """``redis-cli`` of the server :func:`command` runs (beside it, as in the image), to
+    ``port``."""
     return f"{Path(find_redis_server()).with_name('redis-cli')} -p {port}"
 
 
@@ -145,12 +146,8 @@ def test_redis_runs_with_its_append_only_file_and_refuses_clients_without_the_pa
         anonymous.ping()
     assert any(data.rglob("*.aof")), sorted(p.name for p in data.rglob("*"))
 
-    checked = healthcheck(
-        "redis", {"REDIS_PASSWORD": PASSWORD}, {"redis-cli": redis_cli(port)}
-    )
-    wrong = healthcheck(
-        "redis", {"REDIS_PASSWORD": "not-it"}, {"redis-cli": redis_cli(port)}
-    )
+    checked = healthcheck("redis", {"REDIS_PASSWORD": PASSWORD}, {"redis-cli": redis_cli(port)})
+    wrong = healthcheck("redis", {"REDIS_PASSWORD": "not-it"}, {"redis-cli": redis_cli(port)})
 
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert wrong.returncode != 0

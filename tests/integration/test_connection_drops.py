@@ -23,13 +23,16 @@ pytestmark = pytest.mark.integration
 POOLS: list[Pool] = ["prefork", "threads", "asyncio"]
 
 
-
 @pytest.mark.parametrize("half", [False, True], ids=["dropped", "half-closed"])
 @pytest.mark.parametrize("pool", POOLS)
 def test_connections_dropped_under_the_workers_run_no_at_least_once_call_twice(
-    worker_factory: WorkerFactory, own_server: RedisServer, fleet_client: ToolClient, tmp_path: Path,
-    pool: Pool, half: bool,
-) -> None:  # fmt: skip
+    worker_factory: WorkerFactory,
+    own_server: RedisServer,
+    fleet_client: ToolClient,
+    tmp_path: Path,
+    pool: Pool,
+    half: bool,
+) -> None:
     proxy = Proxy(own_server.port)
     try:
         start_fleet(worker_factory, deploy_env(proxy.url, tmp_path / "data"), pool=pool)
@@ -39,7 +42,15 @@ def test_connections_dropped_under_the_workers_run_no_at_least_once_call_twice(
                 proxy.drop(half=half)
                 time.sleep(1.0)  # the fault's own rhythm, not a wait for anything
 
-        batch = run_batch(fleet_client, "deploy_alo", 16, seconds=1.0, deadline=40.0, data=tmp_path / "data", fault=drops)
+        batch = run_batch(
+            fleet_client,
+            "deploy_alo",
+            16,
+            seconds=1.0,
+            deadline=40.0,
+            data=tmp_path / "data",
+            fault=drops,
+        )
     finally:
         proxy.close()
 

@@ -26,24 +26,35 @@ pytestmark = pytest.mark.integration
 POOLS: list[Pool] = ["prefork", "threads", "asyncio", "solo"]
 
 
-
-
 @pytest.mark.parametrize("tool", ["deploy_plain", "deploy_alo"])
 @pytest.mark.parametrize("pool", POOLS)
-def test_a_cold_stop_of_one_worker_runs_nothing_twice_and_tells_worker_lost_only_of_calls_it_cut_off(
-    worker_factory: WorkerFactory, fleet_env: dict[str, str], fleet_client: ToolClient, tmp_path: Path, pool: Pool, tool: str
+def test_a_cold_stop_of_one_worker_runs_nothing_twice_and_tells_worker_lost_only_of_calls_it_cut_off(  # noqa: E501
+    worker_factory: WorkerFactory,
+    fleet_env: dict[str, str],
+    fleet_client: ToolClient,
+    tmp_path: Path,
+    pool: Pool,
+    tool: str,
 ) -> None:
     victim, _ = start_fleet(worker_factory, fleet_env, pool=pool)
 
     batch = run_batch(
-        fleet_client, tool, 16, seconds=1.0, deadline=30.0, data=tmp_path / "data",
-        fault=lambda: os.kill(victim.pid or 0, signal.SIGQUIT), died=lambda: process_ids([victim]),
-    )  # fmt: skip
+        fleet_client,
+        tool,
+        16,
+        seconds=1.0,
+        deadline=30.0,
+        data=tmp_path / "data",
+        fault=lambda: os.kill(victim.pid or 0, signal.SIGQUIT),
+        died=lambda: process_ids([victim]),
+    )
 
     batch.check()
     # A documented stop is no crash: Celery's cancel of a running call on a pool that
     # cannot end one call (threads, asyncio) used to fail with NotImplementedError.
-    assert wait_until(lambda: not victim.is_running, timeout=30), "the worker did not leave after its cold stop"
+    assert wait_until(lambda: not victim.is_running, timeout=30), (
+        "the worker did not leave after its cold stop"
+    )
     log = victim.log_path.read_text(errors="replace")
     assert "CRITICAL" not in log and "NotImplementedError" not in log, log[-3000:]
     if tool == "deploy_alo":  # the calls it cut off run again on the other worker

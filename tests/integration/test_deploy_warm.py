@@ -28,14 +28,24 @@ POOLS: list[Pool] = ["prefork", "threads", "asyncio"]
 @pytest.mark.parametrize("tool", ["deploy_plain", "deploy_idem"])
 @pytest.mark.parametrize("pool", POOLS)
 def test_a_warm_stop_of_one_worker_runs_every_call_once_and_tells_nobody_worker_lost(
-    worker_factory: WorkerFactory, fleet_env: dict[str, str], fleet_client: ToolClient, tmp_path: Path, pool: Pool, tool: str
+    worker_factory: WorkerFactory,
+    fleet_env: dict[str, str],
+    fleet_client: ToolClient,
+    tmp_path: Path,
+    pool: Pool,
+    tool: str,
 ) -> None:
     victim, _ = start_fleet(worker_factory, fleet_env, pool=pool)
 
     batch = run_batch(
-        fleet_client, tool, 16, seconds=1.0, deadline=30.0, data=tmp_path / "data",
+        fleet_client,
+        tool,
+        16,
+        seconds=1.0,
+        deadline=30.0,
+        data=tmp_path / "data",
         fault=lambda: os.kill(victim.pid or 0, signal.SIGTERM),
-    )  # fmt: skip
+    )
 
     batch.check()
     assert batch.kinds() == {"result": 16}

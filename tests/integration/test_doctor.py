@@ -27,7 +27,13 @@ from wire.settings import Settings
 pytestmark = pytest.mark.integration
 
 CHECKS = [
-    "json-only", "ttls", "visibility-timeout", "transport-security", "persistence", "eviction", "signing",
+    "json-only",
+    "ttls",
+    "visibility-timeout",
+    "transport-security",
+    "persistence",
+    "eviction",
+    "signing",
     "same-tools-per-queue",
 ]
 
@@ -72,9 +78,15 @@ def failing(checks: list[Check]) -> list[str]:
     return [check.name for check in failed]
 
 
-def test_a_healthy_private_setup_passes_every_check(admin: redis.Redis, env: dict[str, str]) -> None:
+def test_a_healthy_private_setup_passes_every_check(
+    admin: redis.Redis, env: dict[str, str]
+) -> None:
     admin.set(keys.reply("someone"), "x", ex=60)
-    admin.hset(keys.CATALOG, "search", ToolSpec(name="search", description="d", parameters={}).model_dump_json())
+    admin.hset(
+        keys.CATALOG,
+        "search",
+        ToolSpec(name="search", description="d", parameters={}).model_dump_json(),
+    )
 
     checks = by_name(run_checks(Settings.from_env(env)))
 
@@ -82,12 +94,19 @@ def test_a_healthy_private_setup_passes_every_check(admin: redis.Redis, env: dic
     assert "get_today_date" in checks["persistence"].message
 
 
-def test_the_command_prints_json_and_exits_0_when_healthy_1_when_not(admin: redis.Redis, env: dict[str, str]) -> None:
+def test_the_command_prints_json_and_exits_0_when_healthy_1_when_not(
+    admin: redis.Redis, env: dict[str, str]
+) -> None:
     def doctor() -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "toolexec.doctor", "--json"], check=False, capture_output=True, text=True, timeout=120,
-            cwd=PROJECT_ROOT, env={**os.environ, **env},
-        )  # fmt: skip
+            [sys.executable, "-m", "toolexec.doctor", "--json"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **env},
+        )
 
     healthy = doctor()
     admin.config_set("appendonly", "no")
@@ -99,7 +118,9 @@ def test_the_command_prints_json_and_exits_0_when_healthy_1_when_not(admin: redi
     assert [c["name"] for c in json.loads(broken.stdout) if not c["ok"]] == ["persistence"]
 
 
-def test_a_key_without_a_ttl_fails_the_ttl_check_naming_it(admin: redis.Redis, env: dict[str, str]) -> None:
+def test_a_key_without_a_ttl_fails_the_ttl_check_naming_it(
+    admin: redis.Redis, env: dict[str, str]
+) -> None:
     admin.set("toolexec:stray", "forever")
 
     checks = run_checks(Settings.from_env(env))
@@ -119,13 +140,20 @@ def test_no_append_only_file_fails_the_persistence_check_when_idempotent_tools_e
     assert "appendonly yes" in by_name(checks)["persistence"].fix
 
 
-def doctor_command(env: dict[str, str], *args: str, modules: Path | None = None) -> subprocess.CompletedProcess[str]:
+def doctor_command(
+    env: dict[str, str], *args: str, modules: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """``python -m toolexec doctor --json ARGS`` with ``env``; ``modules`` on its import path."""
     path = os.pathsep.join(str(p) for p in (modules, PROJECT_ROOT) if p is not None)
     return subprocess.run(
-        [sys.executable, "-m", "toolexec", "doctor", "--json", *args], check=False, capture_output=True,
-        text=True, timeout=120, cwd=PROJECT_ROOT, env={**os.environ, **env, "PYTHONPATH": path},
-    )  # fmt: skip
+        [sys.executable, "-m", "toolexec", "doctor", "--json", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, **env, "PYTHONPATH": path},
+    )
 
 
 def checks_of(done: subprocess.CompletedProcess[str]) -> dict[str, dict[str, object]]:
@@ -146,11 +174,15 @@ def doctor_slow_tool() -> None:
 """
 
 
-def test_a_local_hard_limit_at_the_visibility_timeout_fails_that_check_and_json_only_still_reads_the_app(
+def test_a_local_hard_limit_at_the_visibility_timeout_fails_that_check_and_json_only_still_reads_the_app(  # noqa: E501
     admin: redis.Redis, env: dict[str, str], tmp_path: Path
 ) -> None:
     (tmp_path / "doctor_slow_tools.py").write_text(SLOW_TOOL)
-    slow = {**env, "TOOLEXEC_TOOL_MODULES": "tasks,doctor_slow_tools", "TOOLEXEC_VISIBILITY_TIMEOUT": "60"}
+    slow = {
+        **env,
+        "TOOLEXEC_TOOL_MODULES": "tasks,doctor_slow_tools",
+        "TOOLEXEC_VISIBILITY_TIMEOUT": "60",
+    }
 
     done = doctor_command(slow, modules=tmp_path)
     checks = checks_of(done)
@@ -161,7 +193,9 @@ def test_a_local_hard_limit_at_the_visibility_timeout_fails_that_check_and_json_
     assert checks["json-only"]["message"] == "the worker app reads and writes JSON only"
 
 
-def test_celerys_one_second_margin_counts_against_the_visibility_timeout(admin: redis.Redis, env: dict[str, str]) -> None:
+def test_celerys_one_second_margin_counts_against_the_visibility_timeout(
+    admin: redis.Redis, env: dict[str, str]
+) -> None:
     near = ToolSpec(name="near_the_limit", description="d", parameters={}, hard_timeout=59.5)
     admin.hset(keys.CATALOG, near.name, near.model_dump_json())
 
@@ -214,37 +248,58 @@ def test_an_app_module_that_raises_fails_json_only_naming_the_error_while_the_ot
     admin: redis.Redis, env: dict[str, str], tmp_path: Path
 ) -> None:
     (tmp_path / "doctor_slow_tools.py").write_text(SLOW_TOOL)
-    (tmp_path / "doctor_own_app.py").write_text("from executor.seams.app import create_app\n\napp = create_app()\n")
-    slow = {**env, "TOOLEXEC_TOOL_MODULES": "tasks,doctor_slow_tools", "TOOLEXEC_VISIBILITY_TIMEOUT": "60"}
+    (tmp_path / "doctor_own_app.py").write_text(
+        "from executor.seams.app import create_app\n\napp = create_app()\n"
+    )
+    slow = {
+        **env,
+        "TOOLEXEC_TOOL_MODULES": "tasks,doctor_slow_tools",
+        "TOOLEXEC_VISIBILITY_TIMEOUT": "60",
+    }
 
     done = doctor_command(slow, "--app", "doctor_own_app:app", modules=tmp_path)
     checks = checks_of(done)
 
     # The app module's create_app() refuses the visibility timeout: json-only cannot read
     # the configuration and says why; visibility-timeout names the tool.
-    assert [name for name, check in checks.items() if not check["ok"]] == ["json-only", "visibility-timeout"]
+    assert [name for name, check in checks.items() if not check["ok"]] == [
+        "json-only",
+        "visibility-timeout",
+    ]
     assert "doctor_own_app:app" in str(checks["json-only"]["message"])
     assert "TOOLEXEC_VISIBILITY_TIMEOUT (60s) must exceed" in str(checks["json-only"]["message"])
     assert "doctor_slow_tool (120s" in str(checks["visibility-timeout"]["message"])
     assert checks["persistence"]["ok"] and "get_today_date" in str(checks["persistence"]["message"])
 
 
-def test_a_hard_limit_above_the_visibility_timeout_fails_naming_the_tool(admin: redis.Redis, env: dict[str, str]) -> None:
+def test_a_hard_limit_above_the_visibility_timeout_fails_naming_the_tool(
+    admin: redis.Redis, env: dict[str, str]
+) -> None:
     slow = ToolSpec(name="slow_elsewhere", description="d", parameters={}, hard_timeout=120.0)
     admin.hset(keys.CATALOG, slow.name, slow.model_dump_json())  # served by another worker
 
     checks = run_checks(Settings.from_env({**env, "TOOLEXEC_VISIBILITY_TIMEOUT": "60"}))
 
     assert failing(checks) == ["visibility-timeout"]
-    assert "slow_elsewhere (120s, Celery's limit 121s)" in by_name(checks)["visibility-timeout"].message
+    assert (
+        "slow_elsewhere (120s, Celery's limit 121s)"
+        in by_name(checks)["visibility-timeout"].message
+    )
     assert "above 121" in by_name(checks)["visibility-timeout"].fix
 
 
-def test_a_worker_app_that_allows_pickle_fails_the_json_check(admin: redis.Redis, env: dict[str, str], tmp_path: Path) -> None:
+def test_a_worker_app_that_allows_pickle_fails_the_json_check(
+    admin: redis.Redis, env: dict[str, str], tmp_path: Path
+) -> None:
     from celery import Celery
 
     app = Celery("doctor-pickle", set_as_current=False)
-    app.conf.update(accept_content=["json", "pickle"], task_serializer="json", result_serializer="json", event_serializer="json")
+    app.conf.update(
+        accept_content=["json", "pickle"],
+        task_serializer="json",
+        result_serializer="json",
+        event_serializer="json",
+    )
     try:
         checks = run_checks(Settings.from_env(env), app=app, local_specs=[])
     finally:
@@ -254,8 +309,14 @@ def test_a_worker_app_that_allows_pickle_fails_the_json_check(admin: redis.Redis
     assert "accept_content=['json', 'pickle']" in by_name(checks)["json-only"].message
 
 
-def test_a_broker_beyond_this_machine_needs_tls_or_a_password_and_signing(admin: redis.Redis, env: dict[str, str], server: RedisServer) -> None:
-    remote = {**env, "TOOLEXEC_BROKER_URL": "redis://redis.internal.example:6379/0", "TOOLEXEC_REDIS_URL": server.url}
+def test_a_broker_beyond_this_machine_needs_tls_or_a_password_and_signing(
+    admin: redis.Redis, env: dict[str, str], server: RedisServer
+) -> None:
+    remote = {
+        **env,
+        "TOOLEXEC_BROKER_URL": "redis://redis.internal.example:6379/0",
+        "TOOLEXEC_REDIS_URL": server.url,
+    }
 
     open_broker = run_checks(Settings.from_env(remote))
     secured = run_checks(
@@ -279,9 +340,18 @@ def test_a_rabbitmq_broker_beyond_this_machine_needs_a_user_other_than_guest(
 ) -> None:
     signed = {**env, "TOOLEXEC_SIGNING_KEY": "k" * 32, "TOOLEXEC_REDIS_URL": server.url}
 
-    guest = by_name(run_checks(Settings.from_env({**signed, "TOOLEXEC_BROKER_URL": "amqp://rabbit.internal.example//"})))
+    guest = by_name(
+        run_checks(
+            Settings.from_env({**signed, "TOOLEXEC_BROKER_URL": "amqp://rabbit.internal.example//"})
+        )
+    )
     own_user = run_checks(
-        Settings.from_env({**signed, "TOOLEXEC_BROKER_URL": "amqps://toolexec:s3cret@rabbit.internal.example:5671//"})
+        Settings.from_env(
+            {
+                **signed,
+                "TOOLEXEC_BROKER_URL": "amqps://toolexec:s3cret@rabbit.internal.example:5671//",
+            }
+        )
     )
 
     assert not guest["transport-security"].ok
@@ -295,7 +365,9 @@ def test_an_unreachable_redis_fails_the_checks_that_read_it(
     env: dict[str, str], tmp_path: Path, closed_port: int
 ) -> None:
     url = f"redis://127.0.0.1:{closed_port}/0"
-    checks = run_checks(Settings.from_env({**env, "TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": url}))
+    checks = run_checks(
+        Settings.from_env({**env, "TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": url})
+    )
 
     assert failing(checks) == ["ttls", "persistence", "eviction", "same-tools-per-queue"]
     assert "cannot read Redis" in by_name(checks)["ttls"].message

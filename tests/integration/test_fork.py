@@ -33,14 +33,22 @@ def _calls(who: str, count: int) -> list[dict[str, Any]]:
     results = [echo(text=f"{who}-sync-{i}", number=i) for i in range(count)]
 
     async def concurrently() -> list[dict[str, Any]]:
-        return list(await asyncio.gather(*(echo.run(text=f"{who}-async-{i}", number=i) for i in range(count))))
+        return list(
+            await asyncio.gather(
+                *(echo.run(text=f"{who}-async-{i}", number=i) for i in range(count))
+            )
+        )
 
     return results + asyncio.run(concurrently())
 
 
 def _all_own(who: str, count: int, results: list[dict[str, Any]]) -> bool:
-    expected = [f"{who}-sync-{i}" for i in range(count)] + [f"{who}-async-{i}" for i in range(count)]
-    return [r["text"] for r in results] == expected and [r["number"] for r in results] == [*range(count)] * 2
+    expected = [f"{who}-sync-{i}" for i in range(count)] + [
+        f"{who}-async-{i}" for i in range(count)
+    ]
+    return [r["text"] for r in results] == expected and [r["number"] for r in results] == [
+        *range(count)
+    ] * 2
 
 
 def _child_in_pool(index: int) -> tuple[str, bool, str]:

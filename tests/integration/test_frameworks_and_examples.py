@@ -35,7 +35,9 @@ def agent_env(settings_env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def framework_worker(agent_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+def framework_worker(
+    agent_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     worker = WorkerProcess(
         name=f"agents-{uuid.uuid4().hex[:8]}",
         pool="prefork",
@@ -72,7 +74,9 @@ def test_a_lazybridge_agent_calls_a_remote_tool_and_sees_its_result(client: Tool
     assert hits[0]["source"] == "the-red-headed-league.txt"
 
 
-def test_a_remote_timeout_shows_the_model_lazybridges_timeout_result_and_the_run_goes_on(client: ToolClient) -> None:
+def test_a_remote_timeout_shows_the_model_lazybridges_timeout_result_and_the_run_goes_on(
+    client: ToolClient,
+) -> None:
     provider = ScriptedProvider([[("slow_report", {"seconds": 5})], "carried on"])
     agent = scripted_agent([remote_tool("slow_report", timeout=0.3)], provider)
 
@@ -85,7 +89,9 @@ def test_a_remote_timeout_shows_the_model_lazybridges_timeout_result_and_the_run
     assert elapsed < 5.0  # answered before the 5 s tool could have finished
 
 
-def test_remote_failures_show_the_model_a_tool_error_and_the_run_goes_on(client: ToolClient) -> None:
+def test_remote_failures_show_the_model_a_tool_error_and_the_run_goes_on(
+    client: ToolClient,
+) -> None:
     provider = ScriptedProvider(
         [
             [("book_flight", {"flight_id": "tomorrow", "passenger": "Ada"})],
@@ -114,7 +120,9 @@ def test_the_agents_tool_timeout_becomes_the_remote_deadline(client: ToolClient)
     assert 3.0 < time_left <= 4.0  # not the 60 s settings default
 
 
-def test_a_timeout_given_to_remote_tool_wins_over_the_agents_tool_timeout(client: ToolClient) -> None:
+def test_a_timeout_given_to_remote_tool_wins_over_the_agents_tool_timeout(
+    client: ToolClient,
+) -> None:
     provider = ScriptedProvider([[("call_context", {})], "done"])
     agent = scripted_agent([remote_tool("call_context", timeout=9.0)], provider, tool_timeout=4.0)
 

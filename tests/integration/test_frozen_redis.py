@@ -39,7 +39,10 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_frozen_redis_never_holds_a_sync_caller_past_its_deadline(
-    own_server: RedisServer, worker_factory: WorkerFactory, own_env: dict[str, str], own_client: ToolClient
+    own_server: RedisServer,
+    worker_factory: WorkerFactory,
+    own_env: dict[str, str],
+    own_client: ToolClient,
 ) -> None:
     worker_factory(pool="prefork", concurrency=2, env=own_env)
     echo = remote_tool("probe_echo", timeout=0.5, client=own_client)
@@ -72,9 +75,13 @@ def test_a_frozen_redis_never_holds_a_sync_caller_past_its_deadline(
 
 
 def test_an_asyncio_callers_loop_and_the_clients_io_loop_keep_ticking_while_redis_is_frozen(
-    own_server: RedisServer, worker_factory: WorkerFactory, own_env: dict[str, str], own_client: ToolClient,
-    own_store: redis.Redis, monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    own_server: RedisServer,
+    worker_factory: WorkerFactory,
+    own_env: dict[str, str],
+    own_client: ToolClient,
+    own_store: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     worker_factory(pool="prefork", concurrency=2, env=own_env)
     spec = own_client.catalog.spec("probe_echo")
     # An agent process that has not measured its offset to Redis' clock yet: its client
@@ -86,11 +93,15 @@ def test_an_asyncio_callers_loop_and_the_clients_io_loop_keep_ticking_while_redi
     times_asked = calls_of(own_store, "time")
     try:
         worst_gaps, waits = asyncio.run(_waves_of_calls_while_frozen(own_server, agent, echo))
-        assert wait_until(lambda: calls_of(own_store, "time") > times_asked, timeout=5), "no TIME was tried"
+        assert wait_until(lambda: calls_of(own_store, "time") > times_asked, timeout=5), (
+            "no TIME was tried"
+        )
         tried = calls_of(own_store, "time") - times_asked
         measured_while_frozen = unmeasured.offset
         # Awake: the next try, no sooner than RETRY_AFTER after the first, measures it.
-        assert wait_until(lambda: echo_works(echo) and unmeasured.offset is not None, timeout=RETRY_AFTER + 5)
+        assert wait_until(
+            lambda: echo_works(echo) and unmeasured.offset is not None, timeout=RETRY_AFTER + 5
+        )
     finally:
         agent.close()
 

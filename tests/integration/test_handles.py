@@ -47,7 +47,9 @@ def test_submit_returns_at_once_and_the_handle_gives_the_result_status_and_progr
     mark = token()
     seen: list[float] = []
     started = time.monotonic()
-    handle = slow.submit({"token": mark, "seconds": 1.0}, timeout=30, on_progress=lambda e: seen.append(e.done))
+    handle = slow.submit(
+        {"token": mark, "seconds": 1.0}, timeout=30, on_progress=lambda e: seen.append(e.done)
+    )
     assert time.monotonic() - started < 0.5, "submit waited for the call"
     assert handle.id and handle.tool == "slow"
     assert wait_until(lambda: handle.status() == "running", timeout=10), handle.status()
@@ -85,9 +87,14 @@ def test_another_process_attaches_to_a_call_whose_sender_was_sigkilled(
 ) -> None:
     mark = token()
     sender = subprocess.run(
-        [sys.executable, "-c", SENDER, mark], check=False, env={**os.environ, **env}, cwd=PROJECT_ROOT,
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-c", SENDER, mark],
+        check=False,
+        env={**os.environ, **env},
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert sender.returncode == -9, sender.stderr
     call_id = sender.stdout.strip()
     assert call_id

@@ -80,7 +80,9 @@ def idem_worker(
     idem_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     """One prefork worker (concurrency 4) on the ``idem`` queue, for this module."""
-    with module_worker(tmp_path_factory, "idem", env=idem_env, concurrency=4, queues=("idem",)) as worker:
+    with module_worker(
+        tmp_path_factory, "idem", env=idem_env, concurrency=4, queues=("idem",)
+    ) as worker:
         yield worker
 
 
@@ -492,9 +494,13 @@ def _key_of(spec: ToolSpec, run_id: str, arguments: dict[str, Any]) -> str:
 
 
 def test_a_killed_pool_child_reruns_an_at_least_once_call_at_once(
-    worker_factory: WorkerFactory, idem_env: dict[str, str], kill_queue: str, client: ToolClient,
-    counter: Counter, redis_client: redis.Redis,
-) -> None:  # fmt: skip
+    worker_factory: WorkerFactory,
+    idem_env: dict[str, str],
+    kill_queue: str,
+    client: ToolClient,
+    counter: Counter,
+    redis_client: redis.Redis,
+) -> None:
     worker = worker_factory(concurrency=1, queues=(kill_queue,), env=idem_env)
     slow = remote_tool("idem_slow_alo", timeout=30)
     marker = _marker()
@@ -516,9 +522,13 @@ def test_a_killed_pool_child_reruns_an_at_least_once_call_at_once(
 
 
 def test_a_killed_pool_child_reports_worker_lost_for_an_at_most_once_call_and_never_reruns(
-    worker_factory: WorkerFactory, idem_env: dict[str, str], kill_queue: str, client: ToolClient,
-    counter: Counter, redis_client: redis.Redis,
-) -> None:  # fmt: skip
+    worker_factory: WorkerFactory,
+    idem_env: dict[str, str],
+    kill_queue: str,
+    client: ToolClient,
+    counter: Counter,
+    redis_client: redis.Redis,
+) -> None:
     worker = worker_factory(concurrency=1, queues=(kill_queue,), env=idem_env)
     slow = remote_tool("idem_slow_amo", timeout=30)
     assert slow.idempotent and slow.spec.delivery == "at_most_once"
@@ -554,9 +564,14 @@ def _owner(workers: list[WorkerProcess], pid: int) -> WorkerProcess:
     raise AssertionError(f"pid {pid} belongs to none of the workers")
 
 
-def _start_two(worker_factory: WorkerFactory, *, pool: Pool, queue: str, env: dict[str, str]) -> list[WorkerProcess]:
+def _start_two(
+    worker_factory: WorkerFactory, *, pool: Pool, queue: str, env: dict[str, str]
+) -> list[WorkerProcess]:
     """Two concurrency-1 workers of ``pool`` on ``queue``, started side by side."""
-    workers = [worker_factory(pool=pool, concurrency=1, queues=(queue,), env=env, wait=False) for _ in range(2)]
+    workers = [
+        worker_factory(pool=pool, concurrency=1, queues=(queue,), env=env, wait=False)
+        for _ in range(2)
+    ]
     for worker in workers:
         worker.wait_ready()
     return workers
@@ -574,9 +589,15 @@ _KILLED_WORKERS = [
 
 @pytest.mark.parametrize(("pool", "ack_emulation"), _KILLED_WORKERS)
 def test_a_killed_worker_hands_an_at_least_once_booking_to_the_other_and_books_once(
-    worker_factory: WorkerFactory, idem_env: dict[str, str], kill_queue: str, client: ToolClient,
-    redis_client: redis.Redis, settings: Settings, pool: Pool, ack_emulation: bool,
-) -> None:  # fmt: skip
+    worker_factory: WorkerFactory,
+    idem_env: dict[str, str],
+    kill_queue: str,
+    client: ToolClient,
+    redis_client: redis.Redis,
+    settings: Settings,
+    pool: Pool,
+    ack_emulation: bool,
+) -> None:
     env = {**idem_env, "TOOLEXEC_ACK_EMULATION": str(ack_emulation).lower()}
     workers = _start_two(worker_factory, pool=pool, queue=kill_queue, env=env)
     book = remote_tool("book_flight_once", timeout=30)
@@ -625,9 +646,14 @@ def _unacked(client: redis.Redis, queue: str) -> list[str]:
 
 @pytest.mark.parametrize("pool", ["prefork", "solo", "threads", "asyncio"])
 def test_a_killed_worker_reports_worker_lost_for_an_at_most_once_call_within_seconds(
-    worker_factory: WorkerFactory, idem_env: dict[str, str], kill_queue: str, client: ToolClient,
-    counter: Counter, redis_client: redis.Redis, pool: Pool,
-) -> None:  # fmt: skip
+    worker_factory: WorkerFactory,
+    idem_env: dict[str, str],
+    kill_queue: str,
+    client: ToolClient,
+    counter: Counter,
+    redis_client: redis.Redis,
+    pool: Pool,
+) -> None:
     workers = _start_two(worker_factory, pool=pool, queue=kill_queue, env=idem_env)
     slow = remote_tool("idem_slow_amo", timeout=30)
     marker = _marker()
@@ -652,7 +678,7 @@ def test_a_killed_worker_reports_worker_lost_for_an_at_most_once_call_within_sec
 # -- Redis restart ----------------------------------------------------------------------
 
 
-def test_after_a_restart_of_a_redis_without_persistence_only_the_process_that_saw_an_outcome_keeps_it(
+def test_after_a_restart_of_a_redis_without_persistence_only_the_process_that_saw_an_outcome_keeps_it(  # noqa: E501
     idem_env: dict[str, str], tmp_path: Path
 ) -> None:
     # Its own server and worker: the session's server stays up for the other tests.

@@ -75,7 +75,7 @@ def test_a_killed_pool_child_is_replaced_and_the_worker_lives_on(
 
 
 @pytest.mark.parametrize("pool", ["prefork", "solo", "threads", "asyncio"])
-def test_a_warm_stop_lets_running_calls_finish_and_answer_then_removes_the_heartbeat_and_every_process(
+def test_a_warm_stop_lets_running_calls_finish_and_answer_then_removes_the_heartbeat_and_every_process(  # noqa: E501
     worker_factory: WorkerFactory,
     probe_env: dict[str, str],
     tool_client: ToolClient,
@@ -94,7 +94,9 @@ def test_a_warm_stop_lets_running_calls_finish_and_answer_then_removes_the_heart
 
     with concurrent.futures.ThreadPoolExecutor(concurrency) as threads:
         calls = [threads.submit(sleeper, seconds=2.0, marker=marker) for marker in markers]
-        assert _wait_until(lambda: redis_client.exists(*markers) == concurrency), "the calls never started"
+        assert _wait_until(lambda: redis_client.exists(*markers) == concurrency), (
+            "the calls never started"
+        )
         begun = time.monotonic()
         worker.stop(timeout=15.0)  # SIGTERM; SIGKILL only after 15 s
         stopped = time.monotonic() - begun

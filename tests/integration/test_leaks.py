@@ -82,7 +82,9 @@ def test_five_thousand_asyncio_runs_release_their_loops_and_memory_stays_flat(
     before, after = seen["before"], seen["after"]
 
     grown = after["rss"] - before["rss"]
-    assert grown < _RSS_GROWTH_BOUND, f"the resident set grew {grown / 2**20:.1f} MiB over {_MEASURED} calls"
+    assert grown < _RSS_GROWTH_BOUND, (
+        f"the resident set grew {grown / 2**20:.1f} MiB over {_MEASURED} calls"
+    )
     assert after["files"] <= before["files"] + 2  # no loop's self-pipe or socket left open
     assert after["loops"] <= before["loops"]  # every closed loop was freed
     assert seen["batchers"] <= 1
@@ -98,7 +100,8 @@ from agent_client import ToolClient, configure, remote_tool
 from agent_client._io.loop import THREAD_NAME
 from wire.settings import Settings
 import tracemalloc
-tracemalloc.start(20)  # after the imports, which it would slow tenfold: the client's objects are traced
+# after the imports, which it would slow tenfold: the client's objects are traced
+tracemalloc.start(20)
 
 _PORT = int(os.environ["TOOLEXEC_REDIS_URL"].rsplit(":", 1)[1].split("/")[0])
 
@@ -118,13 +121,19 @@ def sockets_to_redis():
 def report(who, results):
     gc.collect()
     threads = sum(t.name == THREAD_NAME for t in threading.enumerate())
-    print(json.dumps({"who": who, "results": results, "sockets": sockets_to_redis(), "threads": threads}),
-          flush=True)
+    print(
+        json.dumps(
+            {"who": who, "results": results, "sockets": sockets_to_redis(), "threads": threads}
+        ),
+        flush=True,
+    )
 """
 
 # The client is the script's own (not configure()'s), so that once closed and deleted
 # nothing references it: whatever it left open is collected, and warned of, at once.
-_SYNC = _REPORT + """
+_SYNC = (
+    _REPORT
+    + """
 client = ToolClient(Settings.from_env())
 echo = remote_tool("probe_echo", timeout=30, client=client)
 results = [echo(text="sync", number=i)["number"] for i in range(5)]
@@ -132,30 +141,42 @@ client.close()
 del client, echo
 report("sync", results)
 """
+)
 
-_ASYNCIO = _REPORT + """
+_ASYNCIO = (
+    _REPORT
+    + """
 import asyncio
 client = ToolClient(Settings.from_env())
 echo = remote_tool("probe_echo", timeout=30, client=client)
 
 async def calls(first):
-    return [r["number"] for r in await asyncio.gather(*(echo.run(text="aio", number=first + i) for i in range(5)))]
+    return [
+        r["number"]
+        for r in await asyncio.gather(*(echo.run(text="aio", number=first + i) for i in range(5)))
+    ]
 
 results = asyncio.run(calls(0)) + asyncio.run(calls(5))
 client.close()
 del client, echo
 report("asyncio", results)
 """
+)
 
 # A proxy made before the fork, on the process's client, as the README makes them.
-_FORK = _REPORT + """
+_FORK = (
+    _REPORT
+    + """
 import asyncio
 client = configure()
 echo = remote_tool("probe_echo", timeout=30)
 assert echo(text="parent", number=-1)["number"] == -1  # the listener and the send link are up
 pid = os.fork()
 if pid == 0:  # the child: through the inherited proxy, then close, then a normal exit
-    results = [echo(text="child", number=1)["number"], asyncio.run(echo.run(text="child", number=2))["number"]]
+    results = [
+        echo(text="child", number=1)["number"],
+        asyncio.run(echo.run(text="child", number=2))["number"],
+    ]
     echo.client.close()
     report("child", results)
     sys.exit(0)  # the interpreter's own exit, with its collections: nothing may warn there either
@@ -167,8 +188,11 @@ client.close()
 del client, echo
 report("parent", results)
 """
+)
 
-_IMPATIENT = _REPORT + """
+_IMPATIENT = (
+    _REPORT
+    + """
 client = ToolClient(Settings.from_env())
 echo = remote_tool("probe_echo", timeout=30, client=client)
 results = [echo(text="impatient", number=i)["number"] for i in range(3)]
@@ -181,12 +205,19 @@ client.close()
 del client, echo
 report("impatient", results)
 """
+)
 
-_NEVER_CLOSED = _REPORT + """
+_NEVER_CLOSED = (
+    _REPORT
+    + """
 client = configure()
 echo = remote_tool("probe_echo", timeout=30)
-print(json.dumps({"who": "unclosed", "results": [echo(text="exit", number=7)["number"]]}), flush=True)
+print(
+    json.dumps({"who": "unclosed", "results": [echo(text="exit", number=7)["number"]]}),
+    flush=True,
+)
 """
+)
 
 
 def _run_child(script: str, env: dict[str, str]) -> tuple[list[dict[str, object]], str]:
@@ -216,7 +247,10 @@ def _run_child(script: str, env: dict[str, str]) -> tuple[list[dict[str, object]
     ids=["sync", "asyncio.run", "fork", "closed-without-waiting"],
 )
 def test_a_client_closed_by_its_owner_leaves_no_socket_transport_or_event_loop_open(
-    probe_env: dict[str, str], probe_worker: WorkerProcess, script: str, reports: dict[str, list[int]]
+    probe_env: dict[str, str],
+    probe_worker: WorkerProcess,
+    script: str,
+    reports: dict[str, list[int]],
 ) -> None:
     seen, stderr = _run_child(script, probe_env)
 

@@ -71,7 +71,9 @@ def _connect_time(url: str) -> float:
     return min(asyncio.run(connect()) for _ in range(5))
 
 
-def test_a_connect_cancelled_at_any_point_of_its_tls_handshake_leaves_no_socket_open(server: RedisServer) -> None:
+def test_a_connect_cancelled_at_any_point_of_its_tls_handshake_leaves_no_socket_open(
+    server: RedisServer,
+) -> None:
     whole = _connect_time(server.url)
     completed = rounds = 0
     with warnings.catch_warnings(record=True) as caught:
@@ -86,7 +88,8 @@ def test_a_connect_cancelled_at_any_point_of_its_tls_handshake_leaves_no_socket_
             delay *= 2
             completed += _one_round(server.url, delay)
             rounds += 1
-        gc.collect()  # once, at the end: a socket any round left open is reported as it is collected
+        # once, at the end: a socket any round left open is reported as it is collected
+        gc.collect()
     unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
 
     assert unclosed == []

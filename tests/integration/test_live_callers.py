@@ -76,9 +76,12 @@ def _failed(outcomes: list[Any]) -> list[str]:
 
 @pytest.mark.parametrize("pool", ["prefork", "threads", "asyncio", "solo"])
 def test_a_redis_pause_of_three_intervals_sheds_no_call_of_a_live_caller(
-    worker_factory: WorkerFactory, fleet_env: dict[str, str], fleet_client: ToolClient, own_server: RedisServer,
+    worker_factory: WorkerFactory,
+    fleet_env: dict[str, str],
+    fleet_client: ToolClient,
+    own_server: RedisServer,
     pool: Pool,
-) -> None:  # fmt: skip
+) -> None:
     for _ in range(2):
         worker_factory(pool=pool, concurrency=4, queues=(QUEUE,), env=fleet_env)
     paused: list[float] = []

@@ -42,9 +42,11 @@ pytestmark = pytest.mark.integration
 TOOL_MODULES = "tasks,tests.integration.security_tools"
 QUEUE = "security"
 RECORD = ToolSpec(
-    name="record", description="d", queue=QUEUE,
+    name="record",
+    description="d",
+    queue=QUEUE,
     parameters={"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]},
-)  # fmt: skip
+)
 
 
 class AppWorker(WorkerProcess):
@@ -68,12 +70,19 @@ def env(settings_env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def worker(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+def worker(
+    env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     """A solo worker on the ``security`` queue: it takes messages one at a time, in order."""
     started = WorkerProcess(
-        name=f"lockdown-{uuid.uuid4().hex[:8]}", pool="solo", concurrency=1, queues=(QUEUE,),
-        env=env, cwd=PROJECT_ROOT, log_dir=tmp_path_factory.mktemp("lockdown-worker"),
-    )  # fmt: skip
+        name=f"lockdown-{uuid.uuid4().hex[:8]}",
+        pool="solo",
+        concurrency=1,
+        queues=(QUEUE,),
+        env=env,
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path_factory.mktemp("lockdown-worker"),
+    )
     with started:
         yield started
 
@@ -82,10 +91,17 @@ def prepared(spec: ToolSpec, arguments: dict[str, Any], settings: Settings) -> P
     """The call as the client writes it, without the catalog check (the tool may not exist)."""
     validator = ArgumentValidator(spec.name, spec.parameters, max_bytes=settings.max_argument_bytes)
     return prepare_call(
-        spec, arguments, validator=validator, settings=settings, call_id=uuid.uuid4().hex,
-        reply_to=f"lockdown-{uuid.uuid4().hex[:8]}", timeout=30.0, run_id=None,
-        idempotency_key=None, origin="test",
-    )  # fmt: skip
+        spec,
+        arguments,
+        validator=validator,
+        settings=settings,
+        call_id=uuid.uuid4().hex,
+        reply_to=f"lockdown-{uuid.uuid4().hex[:8]}",
+        timeout=30.0,
+        run_id=None,
+        idempotency_key=None,
+        origin="test",
+    )
 
 
 def served_after(redis_client: redis.Redis, settings: Settings, data_dir: Path) -> CallOutcome:
@@ -121,7 +137,9 @@ def test_a_pickled_message_is_never_unpickled(
 
     assert after.ok, after
     assert not marker.exists(), "the worker unpickled a message"
-    assert redis_client.llen(f"toolexec:reply:{call.request.reply_to}") == 0  # and ran nothing for it
+    assert (
+        redis_client.llen(f"toolexec:reply:{call.request.reply_to}") == 0
+    )  # and ran nothing for it
     assert worker.is_running
 
 
@@ -129,7 +147,11 @@ def test_a_pickled_message_is_never_unpickled(
     "task_name", ["celery.backend_cleanup", "celery.chain", "os.system", "subprocess.check_call"]
 )
 def test_a_message_naming_any_other_celery_task_is_not_run(
-    task_name: str, worker: WorkerProcess, redis_client: redis.Redis, env: dict[str, str], tmp_path: Path
+    task_name: str,
+    worker: WorkerProcess,
+    redis_client: redis.Redis,
+    env: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     settings = Settings.from_env(env)
     marker = tmp_path / "ran"
@@ -165,14 +187,23 @@ def test_a_tool_that_is_not_registered_gets_not_found_by_its_name_alone(
     assert repr(tool_name) in outcome.error.message
 
 
-def test_celery_inspect_lists_toolexecs_two_tasks_and_nothing_else(worker: WorkerProcess, env: dict[str, str]) -> None:
+def test_celery_inspect_lists_toolexecs_two_tasks_and_nothing_else(
+    worker: WorkerProcess, env: dict[str, str]
+) -> None:
     control = Celery("lockdown-inspect", broker=env["TOOLEXEC_BROKER_URL"], set_as_current=False)
     try:
-        registered = control.control.inspect(destination=[f"{worker.name}@{os.uname().nodename}"], timeout=5).registered()
+        registered = control.control.inspect(
+            destination=[f"{worker.name}@{os.uname().nodename}"], timeout=5
+        ).registered()
     finally:
         control.close()
 
-    assert registered == {f"{worker.name}@{os.uname().nodename}": ["toolexec.run_tool", "toolexec.run_tool_at_least_once"]}
+    assert registered == {
+        f"{worker.name}@{os.uname().nodename}": [
+            "toolexec.run_tool",
+            "toolexec.run_tool_at_least_once",
+        ]
+    }
 
 
 @pytest.mark.parametrize("how", ["config module", "app module"])
@@ -197,9 +228,15 @@ def test_a_worker_whose_celery_configuration_allows_pickle_exits_at_start_saying
         )
         app = f"myapp_{suffix}"
     worker = AppWorker(
-        app, name=f"pickle-{suffix}", pool="solo", concurrency=1, queues=(QUEUE,),
-        env={**env, **extra}, cwd=PROJECT_ROOT, log_dir=tmp_path / "worker",
-    )  # fmt: skip
+        app,
+        name=f"pickle-{suffix}",
+        pool="solo",
+        concurrency=1,
+        queues=(QUEUE,),
+        env={**env, **extra},
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path / "worker",
+    )
     try:
         with pytest.raises(ProcessStartFailed, match="exited with 1"):
             worker.start(wait=True, timeout=60)
@@ -208,7 +245,11 @@ def test_a_worker_whose_celery_configuration_allows_pickle_exits_at_start_saying
     log = worker.log_path.read_text()
 
     assert "toolexec workers read and write JSON only" in log, log[-3000:]
-    expected = "event_serializer='pickle'" if how == "config module" else "accept_content=['pickle', 'json']"
+    expected = (
+        "event_serializer='pickle'"
+        if how == "config module"
+        else "accept_content=['pickle', 'json']"
+    )
     assert expected in log
     assert "pickled message runs code of its sender's choosing" in log
 
@@ -218,9 +259,15 @@ def test_the_client_never_unpickles_a_reply_and_tells_the_caller_it_did_not_pars
 ) -> None:
     # A tool on a queue no worker consumes, published with a heartbeat as a worker would:
     # the test takes the call off the queue itself and answers it with a pickle.
-    name, queue, worker_id = f"lockdown_void_{uuid.uuid4().hex[:8]}", f"lockdown-void-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    name, queue, worker_id = (
+        f"lockdown_void_{uuid.uuid4().hex[:8]}",
+        f"lockdown-void-{uuid.uuid4().hex[:8]}",
+        uuid.uuid4().hex,
+    )
     spec = ToolSpec(name=name, description="d", parameters={"type": "object"}, queue=queue)
-    beat = WorkerInfo(worker_id=worker_id, hostname="fake@test", pid=1, queues=(queue,), tools=(name,))
+    beat = WorkerInfo(
+        worker_id=worker_id, hostname="fake@test", pid=1, queues=(queue,), tools=(name,)
+    )
     redis_client.hset(keys.CATALOG, name, spec.model_dump_json())
     redis_client.set(keys.worker(worker_id), beat.model_dump_json(), ex=60)
     redis_client.sadd(keys.WORKERS, worker_id)
@@ -246,7 +293,10 @@ def test_the_client_never_unpickles_a_reply_and_tells_the_caller_it_did_not_pars
         assert taken is not None, "the client sent nothing"
         _args, fields, _embed = json.loads(base64.b64decode(json.loads(taken[1])["body"]))
         answered = time.monotonic()
-        redis_client.rpush(keys.reply(fields["reply_to"]), fields["call_id"].encode() + b"\n" + pickle.dumps(Payload()))
+        redis_client.rpush(
+            keys.reply(fields["reply_to"]),
+            fields["call_id"].encode() + b"\n" + pickle.dumps(Payload()),
+        )
         caller.join(timeout=10)
         elapsed = time.monotonic() - answered
     finally:
@@ -257,7 +307,9 @@ def test_the_client_never_unpickles_a_reply_and_tells_the_caller_it_did_not_pars
 
     assert not caller.is_alive() and len(raised) == 1
     refused = raised[0]
-    assert isinstance(refused, ToolExecutionError) and refused.remote_type == "MalformedReply", refused
+    assert isinstance(refused, ToolExecutionError) and refused.remote_type == "MalformedReply", (
+        refused
+    )
     assert "did not parse" in str(refused) and "Invalid JSON" in str(refused)
     assert elapsed < 5.0, f"the caller heard after {elapsed:.1f}s"
     assert not marker.exists(), "the client unpickled a reply"

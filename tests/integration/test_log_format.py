@@ -37,12 +37,20 @@ def env(settings_env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def worker(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+def worker(
+    env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     """A prefork worker logging JSON at INFO, on the ``security`` queue."""
     started = WorkerProcess(
-        name=f"jsonlogs-{uuid.uuid4().hex[:8]}", pool="prefork", concurrency=2, queues=(QUEUE,),
-        env=env, cwd=PROJECT_ROOT, log_dir=tmp_path_factory.mktemp("jsonlogs-worker"), loglevel="INFO",
-    )  # fmt: skip
+        name=f"jsonlogs-{uuid.uuid4().hex[:8]}",
+        pool="prefork",
+        concurrency=2,
+        queues=(QUEUE,),
+        env=env,
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path_factory.mktemp("jsonlogs-worker"),
+        loglevel="INFO",
+    )
     with started:
         yield started
 
@@ -62,7 +70,9 @@ def test_a_json_log_names_the_call_id_run_id_and_tool_of_each_record_about_a_cal
     client = ToolClient(Settings.from_env(env))
     run_id = f"run-{uuid.uuid4().hex[:8]}"
     try:
-        assert remote_tool("echo", client=client).invoke_sync({"text": SECRET}, run_id=run_id) == {"echo": SECRET}
+        assert remote_tool("echo", client=client).invoke_sync({"text": SECRET}, run_id=run_id) == {
+            "echo": SECRET
+        }
         with pytest.raises(ToolExecutionError):
             remote_tool("fail", client=client).invoke_sync({"text": SECRET}, run_id=run_id)
     finally:
@@ -74,7 +84,9 @@ def test_a_json_log_names_the_call_id_run_id_and_tool_of_each_record_about_a_cal
     assert about_fail, "no record names the failed call's tool"
     assert {r["run_id"] for r in about_fail} == {run_id}
     assert all(r["call_id"].startswith(client.client_id) for r in about_fail)
-    assert any(r["message"].endswith("raised ValueError") and r["level"] == "INFO" for r in about_fail), about_fail
+    assert any(
+        r["message"].endswith("raised ValueError") and r["level"] == "INFO" for r in about_fail
+    ), about_fail
     # Celery's own records are JSON too: each received task, in the worker's main process.
     received = [r for r in found if "received" in r["message"] and r["logger"].startswith("celery")]
     assert len(received) >= 2, [r["message"] for r in found]

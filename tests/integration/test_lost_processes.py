@@ -38,15 +38,25 @@ def fleet_env(own_server: RedisServer, tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("pool", POOLS)
-def test_a_killed_worker_s_idempotent_calls_wait_behind_the_other_s_backlog_and_each_runs_to_its_end_once(
-    worker_factory: WorkerFactory, fleet_env: dict[str, str], fleet_client: ToolClient, tmp_path: Path, pool: Pool
+def test_a_killed_worker_s_idempotent_calls_wait_behind_the_other_s_backlog_and_each_runs_to_its_end_once(  # noqa: E501
+    worker_factory: WorkerFactory,
+    fleet_env: dict[str, str],
+    fleet_client: ToolClient,
+    tmp_path: Path,
+    pool: Pool,
 ) -> None:
     victim, _ = start_fleet(worker_factory, fleet_env, pool=pool)
 
     batch = run_batch(
-        fleet_client, "deploy_idem", 16, seconds=1.0, deadline=30.0, data=tmp_path / "data",
-        fault=victim.kill, died=lambda: process_ids([victim]),
-    )  # fmt: skip
+        fleet_client,
+        "deploy_idem",
+        16,
+        seconds=1.0,
+        deadline=30.0,
+        data=tmp_path / "data",
+        fault=victim.kill,
+        died=lambda: process_ids([victim]),
+    )
 
     batch.check()
     assert batch.kinds() == {"result": 16}
@@ -55,9 +65,13 @@ def test_a_killed_worker_s_idempotent_calls_wait_behind_the_other_s_backlog_and_
 
 @pytest.mark.parametrize("pool", ["threads", "asyncio"])
 def test_a_crash_looping_call_given_up_never_starts_again_on_a_worker_started_later(
-    worker_factory: WorkerFactory, fleet_env: dict[str, str], fleet_client: ToolClient, own_server: RedisServer,
-    tmp_path: Path, pool: Pool,
-) -> None:  # fmt: skip
+    worker_factory: WorkerFactory,
+    fleet_env: dict[str, str],
+    fleet_client: ToolClient,
+    own_server: RedisServer,
+    tmp_path: Path,
+    pool: Pool,
+) -> None:
     workers = [worker_factory(pool=pool, queues=(QUEUE,), env=fleet_env)]
     crash = remote_tool("deploy_crash", client=fleet_client, timeout=None)
     with concurrent.futures.ThreadPoolExecutor(1) as caller:
@@ -82,7 +96,12 @@ def test_a_crash_looping_call_given_up_never_starts_again_on_a_worker_started_la
         # that runs one call at a time: it takes the copy first and must not run it.
         store.lpush(QUEUE, sent_again(base64.b64decode(entry["payload_b64"]), 1))
     fresh = worker_factory(pool=pool, concurrency=1, queues=(QUEUE,), env=fleet_env)
-    assert remote_tool("deploy_plain", client=fleet_client, timeout=20)(token="after", seconds=0.0)["pid"] == fresh.pid
+    assert (
+        remote_tool("deploy_plain", client=fleet_client, timeout=20)(token="after", seconds=0.0)[
+            "pid"
+        ]
+        == fresh.pid
+    )
     assert fresh.is_running
     assert _starts(tmp_path, "loop") == 2
 

@@ -45,7 +45,11 @@ POOLS: list[Pool] = ["prefork", "threads", "solo", "asyncio"]
 @pytest.fixture
 def lost_env(probe_env: dict[str, str]) -> dict[str, str]:
     """The probe tools and the idempotent ones (``tests/integration/idem_tools.py``)."""
-    return {**probe_env, "TOOLEXEC_TOOL_MODULES": probe_env["TOOLEXEC_TOOL_MODULES"] + ",tests.integration.idem_tools"}
+    return {
+        **probe_env,
+        "TOOLEXEC_TOOL_MODULES": probe_env["TOOLEXEC_TOOL_MODULES"]
+        + ",tests.integration.idem_tools",
+    }
 
 
 @pytest.fixture
@@ -115,8 +119,9 @@ def test_an_at_least_once_call_whose_worker_died_unrecorded_runs_again_on_anothe
     key = idempotency_key(run_id, slow.name, slow.parameters, arguments)
 
     # The watchdog's warning, whatever level an earlier test left the root logger at.
-    with concurrent.futures.ThreadPoolExecutor(1) as threads, caplog.at_level(
-        logging.WARNING, logger="agent_client"
+    with (
+        concurrent.futures.ThreadPoolExecutor(1) as threads,
+        caplog.at_level(logging.WARNING, logger="agent_client"),
     ):
         call = threads.submit(slow.invoke_sync, arguments, run_id=run_id)
         assert wait_until(lambda: redis_client.exists(marker)), "the call never started"
@@ -132,7 +137,7 @@ def test_an_at_least_once_call_whose_worker_died_unrecorded_runs_again_on_anothe
     assert client.replies.pending == 0
 
 
-def test_an_at_least_once_call_whose_only_worker_died_waits_in_its_queue_and_runs_once_when_a_worker_comes(
+def test_an_at_least_once_call_whose_only_worker_died_waits_in_its_queue_and_runs_once_when_a_worker_comes(  # noqa: E501
     worker_factory: WorkerFactory,
     lost_env: dict[str, str],
     client: ToolClient,
@@ -164,7 +169,9 @@ def test_an_at_least_once_call_whose_only_worker_died_waits_in_its_queue_and_run
         later = worker_factory(pool="prefork", concurrency=1, queues=("idem_kill",), env=lost_env)
         result = call.result(timeout=30)
 
-    assert result["runs"] == 2 and result["pid"] in later.child_pids()  # the killed run, then this one
+    assert (
+        result["runs"] == 2 and result["pid"] in later.child_pids()
+    )  # the killed run, then this one
     assert redis_client.llen("idem_kill") == 0
     assert parse_state(redis_client.get(keys.state(key))).outcome is not None
     retried = slow.invoke_sync(arguments, run_id=run_id, timeout=10)
@@ -172,7 +179,7 @@ def test_an_at_least_once_call_whose_only_worker_died_waits_in_its_queue_and_run
     assert int(redis_client.get(counter) or 0) == 2
 
 
-def test_an_at_most_once_call_that_vanished_while_its_worker_lives_is_outcome_unknown_not_worker_lost(
+def test_an_at_most_once_call_that_vanished_while_its_worker_lives_is_outcome_unknown_not_worker_lost(  # noqa: E501
     worker_factory: WorkerFactory,
     lost_env: dict[str, str],
     client: ToolClient,
@@ -205,7 +212,9 @@ def test_an_at_most_once_call_that_vanished_while_its_worker_lives_is_outcome_un
 
     assert not isinstance(raised.value, WorkerLost)
     assert raised.value.timeout is None  # told before any deadline: it has none
-    assert "no worker of its queue died" in str(raised.value) and "may or may not have run" in str(raised.value)
+    assert "no worker of its queue died" in str(raised.value) and "may or may not have run" in str(
+        raised.value
+    )
     assert heard < 6 * settings.heartbeat_interval, f"heard after {heard:.1f}s"
     assert worker.is_running
     assert client.replies.pending == 0

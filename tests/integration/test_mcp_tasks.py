@@ -275,10 +275,15 @@ def test_a_call_that_declares_the_extension_is_a_task_at_once_working_then_compl
     assert answered < 0.8  # the tool takes 0.8 s; the task came before it ended
     # ttlMs counts from createdAt; the record lives TOOLEXEC_HANDLE_TTL (a day) from its
     # last change, which may already have come (the call started) when the task is told.
-    changed = datetime.fromisoformat(created.last_updated_at) - datetime.fromisoformat(created.created_at)
+    changed = datetime.fromisoformat(created.last_updated_at) - datetime.fromisoformat(
+        created.created_at
+    )
     assert created.status == "working"
     expected = 86_400_000 + round(changed.total_seconds() * 1000)
-    assert created.ttl_ms is not None and abs(created.ttl_ms - expected) <= 1, (created.ttl_ms, changed)  # ms rounding
+    assert created.ttl_ms is not None and abs(created.ttl_ms - expected) <= 1, (
+        created.ttl_ms,
+        changed,
+    )  # ms rounding
     assert len(created.task_id) >= 32  # a toolexec call id: unguessable
     assert working["resultType"] == "complete" and "progress" in working["statusMessage"]
     result = types.CallToolResult.model_validate(done["result"])
@@ -420,10 +425,15 @@ def test_a_task_whose_session_and_server_end_the_moment_it_is_created_runs_and_i
                 assert isinstance(created, CreateTaskResult)
             made.append((created.task_id, marker))
         async with server.client() as second:
-            return [(marker, await wait_for(second.session, task_id, "completed")) for task_id, marker in made]
+            return [
+                (marker, await wait_for(second.session, task_id, "completed"))
+                for task_id, marker in made
+            ]
 
     for marker, done in anyio.run(main):
-        assert types.CallToolResult.model_validate(done["result"]).structured_content == {"steps": 1}
+        assert types.CallToolResult.model_validate(done["result"]).structured_content == {
+            "steps": 1
+        }
         assert Path(marker).read_text() == "done"
 
 

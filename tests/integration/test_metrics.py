@@ -78,9 +78,12 @@ def value(samples: Samples, name: str, **labels: str) -> float:
 def send_expired(client: redis.Redis, tool: str) -> None:
     """Put a call of ``tool`` whose deadline has passed on its queue, as the client writes it."""
     call = CallRequest(
-        call_id=uuid.uuid4().hex, tool=tool, arguments={"text": "late"},
-        reply_to=f"metrics-nobody-{uuid.uuid4().hex[:8]}", deadline=shared_now() - 1,
-    )  # fmt: skip
+        call_id=uuid.uuid4().hex,
+        tool=tool,
+        arguments={"text": "late"},
+        reply_to=f"metrics-nobody-{uuid.uuid4().hex[:8]}",
+        deadline=shared_now() - 1,
+    )
     headers = task_headers(call, task_name=TASK_AT_MOST_ONCE)
     client.lpush("observe", redis_envelope(call, queue="observe", headers=headers))
 

@@ -34,9 +34,14 @@ def same_tools_check(env: dict[str, str]) -> dict[str, Any]:
     """``toolexec doctor --json``'s ``same-tools-per-queue`` check, run as a user runs it
     (in a process of its own: the doctor imports the tool modules it is given)."""
     done = subprocess.run(
-        [sys.executable, "-m", "toolexec", "doctor", "--json"], check=False, capture_output=True, text=True,
-        timeout=120, cwd=PROJECT_ROOT, env={**os.environ, **env},
-    )  # fmt: skip
+        [sys.executable, "-m", "toolexec", "doctor", "--json"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, **env},
+    )
     assert "Traceback" not in done.stderr, done.stderr
     checks = {check["name"]: check for check in json.loads(done.stdout)}
     check: dict[str, Any] = checks["same-tools-per-queue"]

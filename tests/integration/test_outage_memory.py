@@ -51,15 +51,25 @@ def _full_for(server: RedisServer, seconds: float) -> None:
 @pytest.mark.parametrize("tool", ["deploy_plain", "deploy_idem"])
 @pytest.mark.parametrize("pool", POOLS)
 def test_redis_out_of_memory_for_four_seconds_runs_nothing_twice_and_tells_nobody_worker_lost(
-    worker_factory: WorkerFactory, own_server: RedisServer, fleet_env: dict[str, str], fleet_client: ToolClient,
-    tmp_path: Path, pool: Pool, tool: str,
-) -> None:  # fmt: skip
+    worker_factory: WorkerFactory,
+    own_server: RedisServer,
+    fleet_env: dict[str, str],
+    fleet_client: ToolClient,
+    tmp_path: Path,
+    pool: Pool,
+    tool: str,
+) -> None:
     start_fleet(worker_factory, fleet_env, pool=pool)
 
     batch = run_batch(
-        fleet_client, tool, 16, seconds=1.0, deadline=30.0, data=tmp_path / "data",
+        fleet_client,
+        tool,
+        16,
+        seconds=1.0,
+        deadline=30.0,
+        data=tmp_path / "data",
         fault=lambda: _full_for(own_server, 4.0),
-    )  # fmt: skip
+    )
 
     batch.check()
     assert batch.kinds() == {"result": 16}
@@ -67,10 +77,20 @@ def test_redis_out_of_memory_for_four_seconds_runs_nothing_twice_and_tells_nobod
 
 @pytest.mark.parametrize("pool", ["prefork", "threads"])
 def test_a_worker_started_while_redis_is_full_waits_for_room_and_then_serves(
-    own_server: RedisServer, fleet_env: dict[str, str], fleet_client: ToolClient, tmp_path: Path, pool: Pool
+    own_server: RedisServer,
+    fleet_env: dict[str, str],
+    fleet_client: ToolClient,
+    tmp_path: Path,
+    pool: Pool,
 ) -> None:
-    worker = WorkerProcess(name=f"full-{pool}", pool=pool, queues=(QUEUE,), env=fleet_env, cwd=PROJECT_ROOT,
-                           log_dir=tmp_path / "logs")  # fmt: skip
+    worker = WorkerProcess(
+        name=f"full-{pool}",
+        pool=pool,
+        queues=(QUEUE,),
+        env=fleet_env,
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path / "logs",
+    )
     with redis.Redis.from_url(own_server.url) as store:
         store.set("toolexec-test:filler", "x" * 200_000)
         store.config_set("maxmemory", int(store.info("memory")["used_memory"]) // 2)
@@ -78,12 +98,19 @@ def test_a_worker_started_while_redis_is_full_waits_for_room_and_then_serves(
             worker.start(wait=False)  # it connects, and declares its queues, while Redis is full
             # It lives through four seconds of a full Redis (before, it died at its first
             # connection: "Unrecoverable error: OutOfMemoryError").
-            assert wait_until(lambda: not worker.is_running, timeout=4.0) is False, worker.log_tail()
+            assert wait_until(lambda: not worker.is_running, timeout=4.0) is False, (
+                worker.log_tail()
+            )
         finally:
             store.config_set("maxmemory", 0)
     try:
         assert worker.wait_ready(timeout=20).pid == worker.pid  # Redis has room: it beats
-        assert remote_tool("deploy_plain", client=fleet_client, timeout=10)(token="after", seconds=0.0)["pid"] > 0
+        assert (
+            remote_tool("deploy_plain", client=fleet_client, timeout=10)(
+                token="after", seconds=0.0
+            )["pid"]
+            > 0
+        )
     finally:
         worker.stop()
 
@@ -93,7 +120,9 @@ def test_a_worker_refuses_to_start_on_a_redis_that_evicts_keys_and_the_doctor_sa
 ) -> None:
     with redis.Redis.from_url(own_server.url) as store:
         store.config_set("maxmemory-policy", "allkeys-lru")
-    worker = WorkerProcess(name="evicting", queues=(QUEUE,), env=fleet_env, cwd=PROJECT_ROOT, log_dir=tmp_path / "logs")
+    worker = WorkerProcess(
+        name="evicting", queues=(QUEUE,), env=fleet_env, cwd=PROJECT_ROOT, log_dir=tmp_path / "logs"
+    )
     with pytest.raises(ProcessStartFailed, match="maxmemory-policy allkeys-lru"):
         worker.start(timeout=30)
     checks = {check.name: check for check in run_checks(Settings.from_env(fleet_env))}

@@ -130,7 +130,8 @@ def poison_items() -> dict[str, bytes]:
         "arguments nested 900 deep": with_body(good_call, deep_call(900)),
         "arguments nested 101 deep": with_body(good_call, deep_call(101)),
         "a deadline of Infinity": with_body(
-            good_call, [[], {"call_id": "c-inf", "tool": "fault_echo", "deadline": float("inf")}, None]
+            good_call,
+            [[], {"call_id": "c-inf", "tool": "fault_echo", "deadline": float("inf")}, None],
         ),
         "JSON null": b"null",
     }
@@ -141,7 +142,11 @@ def deep_call(levels: int) -> list[Any]:
     value: Any = MARK
     for _ in range(levels):
         value = [value]
-    return [[], {"call_id": f"c-deep-{levels}", "tool": "fault_echo", "arguments": {"text": value}}, None]
+    return [
+        [],
+        {"call_id": f"c-deep-{levels}", "tool": "fault_echo", "arguments": {"text": value}},
+        None,
+    ]
 
 
 def refusals(client: redis.Redis) -> int:

@@ -52,7 +52,11 @@ def single_worker(
         concurrency=1,
         queues=(QUEUE,),
         # The probes, and the idempotent and sys.exit tools on this queue too.
-        env={**probe_env, "TOOLEXEC_TOOL_MODULES": probe_env["TOOLEXEC_TOOL_MODULES"] + ",tests.integration.pool_tools"},
+        env={
+            **probe_env,
+            "TOOLEXEC_TOOL_MODULES": probe_env["TOOLEXEC_TOOL_MODULES"]
+            + ",tests.integration.pool_tools",
+        },
         cwd=PROJECT_ROOT,
         log_dir=tmp_path_factory.mktemp(f"single-{pool}"),
     )
@@ -107,7 +111,9 @@ def test_a_tool_past_its_hard_limit_is_stopped_and_reported_within_two_seconds(
     assert echoed["text"] == "after the limit"
 
 
-def test_the_heartbeat_names_the_pool_as_the_worker_was_started_with(single_worker: WorkerProcess) -> None:
+def test_the_heartbeat_names_the_pool_as_the_worker_was_started_with(
+    single_worker: WorkerProcess,
+) -> None:
     assert single_worker.info is not None
     assert single_worker.info.pool == single_worker.pool
 
@@ -139,11 +145,15 @@ def test_a_running_call_is_recorded_as_held_by_the_worker_and_the_process_runnin
         assert wait_until(lambda: redis_client.exists(marker)), "the call never started"
         running = int(redis_client.get(marker) or 0)
         # The heartbeat records it within a third of an interval, naming the process...
-        assert wait_until(lambda: record() is not None and redis_client.get(record() or "") is not None)
+        assert wait_until(
+            lambda: record() is not None and redis_client.get(record() or "") is not None
+        )
         key = record()
         assert key is not None
         holder = parse_holder_tag(redis_client.get(key) or b"")
-        assert wait_until(lambda: parse_holder_tag(redis_client.get(key) or b"") == (holder[0], running))
+        assert wait_until(
+            lambda: parse_holder_tag(redis_client.get(key) or b"") == (holder[0], running)
+        )
         # ...and keeps it: it is written again while the call runs. Left alone, its TTL
         # falls by the time that passes; each rewrite (every third of the 1 s interval)
         # puts back what the beats between took. (Comparing with the first reading
@@ -209,7 +219,7 @@ def test_a_retry_after_a_timeout_joins_the_execution_still_running(
     assert joined_after < 1.5, "the retry waited for a second execution"
 
 
-def test_a_tool_that_calls_sys_exit_gets_an_execution_error_naming_system_exit_and_its_process_stays(
+def test_a_tool_that_calls_sys_exit_gets_an_execution_error_naming_system_exit_and_its_process_stays(  # noqa: E501
     single_worker: WorkerProcess, tool_client: ToolClient
 ) -> None:
     echo = remote_tool("probe_echo_single", timeout=10)

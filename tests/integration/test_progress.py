@@ -34,7 +34,6 @@ from .workers import module_worker
 pytestmark = pytest.mark.integration
 
 
-
 @pytest.fixture(scope="module", params=["prefork", "threads", "solo", "asyncio"])
 def observe_worker(
     request: pytest.FixtureRequest,
@@ -44,7 +43,9 @@ def observe_worker(
     """One worker of the given pool, the only consumer of ``observe``."""
     pool: Pool = request.param
     env = {**probe_env, "TOOLEXEC_TOOL_MODULES": "tests.integration.observe_tools"}
-    with module_worker(tmp_path_factory, f"observe-{pool}", env=env, pool=pool, queues=("observe",)) as worker:
+    with module_worker(
+        tmp_path_factory, f"observe-{pool}", env=env, pool=pool, queues=("observe",)
+    ) as worker:
         yield worker
 
 
@@ -55,7 +56,8 @@ def rpush_calls(client: redis.Redis) -> int:
 
 
 def most_frames(seconds: float) -> int:
-    """The most progress frames a call that ran ``seconds`` may send: one per interval, plus the last."""
+    """The most progress frames a call that ran ``seconds`` may send: one per interval,
+    plus the last."""
     return int(seconds / MIN_INTERVAL) + 2
 
 

@@ -51,7 +51,7 @@ def given_up(client: redis.Redis) -> int:
     return int(client.hget(keys.DEADLETTER_COUNT, "worker_lost") or 0)
 
 
-def test_an_idempotent_tool_that_kills_its_process_runs_three_times_then_every_caller_gets_worker_lost(
+def test_an_idempotent_tool_that_kills_its_process_runs_three_times_then_every_caller_gets_worker_lost(  # noqa: E501
     worker: WorkerProcess, tool_client: ToolClient, redis_client: redis.Redis
 ) -> None:
     counter = unique("faults:runs")
@@ -91,9 +91,11 @@ def test_a_plain_at_least_once_tool_that_kills_its_process_is_given_up_after_the
     redis_client: redis.Redis,
 ) -> None:
     worker = worker_factory(
-        pool="prefork", concurrency=1, queues=(FAULT_QUEUE,),
+        pool="prefork",
+        concurrency=1,
+        queues=(FAULT_QUEUE,),
         env=fault_env(settings_env, TOOLEXEC_MAX_DELIVERIES="2"),
-    )  # fmt: skip
+    )
     counter = unique("faults:runs")
     crash = remote_tool("fault_crash_plain", timeout=30)
     assert not crash.idempotent and crash.spec.delivery == "at_least_once"
@@ -110,8 +112,11 @@ def test_a_plain_at_least_once_tool_that_kills_its_process_is_given_up_after_the
 
 
 @pytest.mark.parametrize("pool", ["prefork", "solo", "threads", "asyncio"])
-def test_an_at_least_once_call_that_kills_its_whole_worker_each_time_is_sent_the_limits_number_of_times_then_given_up(
-    worker_factory: WorkerFactory, settings_env: dict[str, str], redis_client: redis.Redis, pool: Pool
+def test_an_at_least_once_call_that_kills_its_whole_worker_each_time_is_sent_the_limits_number_of_times_then_given_up(  # noqa: E501
+    worker_factory: WorkerFactory,
+    settings_env: dict[str, str],
+    redis_client: redis.Redis,
+    pool: Pool,
 ) -> None:
     # Not a pool process but the worker itself dies with the call (SIGKILL to a prefork
     # worker's main process; os._exit in the process of any other pool): no worker is
@@ -120,7 +125,8 @@ def test_an_at_least_once_call_that_kills_its_whole_worker_each_time_is_sent_the
     # dead-letters it and says WorkerLost. The call has no deadline.
     env = fault_env(settings_env, TOOLEXEC_MAX_DELIVERIES="2")
     workers = [
-        worker_factory(pool=pool, concurrency=1, queues=(FAULT_QUEUE,), env=env, wait=False) for _ in range(3)
+        worker_factory(pool=pool, concurrency=1, queues=(FAULT_QUEUE,), env=env, wait=False)
+        for _ in range(3)
     ]
     for worker in workers:
         worker.wait_ready()
@@ -132,7 +138,12 @@ def test_an_at_least_once_call_that_kills_its_whole_worker_each_time_is_sent_the
         counter = unique("faults:runs")
         before = given_up(redis_client)
 
-        with run_scope(), pytest.raises(WorkerLost, match=r"it was sent 2 times \(TOOLEXEC_MAX_DELIVERIES\)") as lost:
+        with (
+            run_scope(),
+            pytest.raises(
+                WorkerLost, match=r"it was sent 2 times \(TOOLEXEC_MAX_DELIVERIES\)"
+            ) as lost,
+        ):
             kill(counter=counter)
 
         assert runs(redis_client, counter) == 2
@@ -142,21 +153,29 @@ def test_an_at_least_once_call_that_kills_its_whole_worker_each_time_is_sent_the
         assert entry["reason"] == "worker_lost" and entry["queue"] == FAULT_QUEUE
         envelope = json.loads(base64.b64decode(entry["payload_b64"]))
         assert counter in base64.b64decode(envelope["body"]).decode()  # the call, as it was queued
-        assert entry["call_id"] and "the worker running this call stopped beating" in str(lost.value)
+        assert entry["call_id"] and "the worker running this call stopped beating" in str(
+            lost.value
+        )
         assert "died on each of 2 deliveries" in entry["detail"]
     finally:
         client.close()
 
 
 def test_calls_sent_again_after_their_worker_died_wait_behind_a_busy_survivor_and_run_once(
-    worker_factory: WorkerFactory, own_env: dict[str, str], own_client: ToolClient, own_store: redis.Redis,
-) -> None:  # fmt: skip
+    worker_factory: WorkerFactory,
+    own_env: dict[str, str],
+    own_client: ToolClient,
+    own_store: redis.Redis,
+) -> None:
     # Two workers share the calls; one is killed, whole, while it runs its share. The
     # watchdog sends those calls again; the survivor runs two at a time, so the copies
     # wait in the queue for longer than the watchdog's looks, with their keys' state
     # still naming the dead worker. Waiting is not being lost: each call runs to its end
     # once, and no caller hears WorkerLost.
-    env = {**own_env, "TOOLEXEC_TOOL_MODULES": f"{own_env['TOOLEXEC_TOOL_MODULES']},tests.integration.idem_tools"}
+    env = {
+        **own_env,
+        "TOOLEXEC_TOOL_MODULES": f"{own_env['TOOLEXEC_TOOL_MODULES']},tests.integration.idem_tools",
+    }
     doomed = worker_factory(pool="prefork", concurrency=2, queues=("idem_kill",), env=env)
     survivor = worker_factory(pool="prefork", concurrency=2, queues=("idem_kill",), env=env)
     interval = Settings.from_env(own_env).heartbeat_interval

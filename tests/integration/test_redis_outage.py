@@ -89,7 +89,10 @@ def test_an_idempotent_call_written_into_a_frozen_redis_runs_once(
     own_store: redis.Redis,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    env = {**own_env, "TOOLEXEC_TOOL_MODULES": own_env["TOOLEXEC_TOOL_MODULES"] + ",tests.integration.idem_tools"}
+    env = {
+        **own_env,
+        "TOOLEXEC_TOOL_MODULES": own_env["TOOLEXEC_TOOL_MODULES"] + ",tests.integration.idem_tools",
+    }
     worker_factory(pool="prefork", concurrency=2, queues=("default", "idem"), env=env)
     count = remote_tool("idem_count", timeout=15, client=own_client)
     assert count.idempotent
@@ -130,12 +133,16 @@ def test_a_call_that_may_have_reached_redis_is_never_reported_as_not_sent(
             count(key=counter)
         elapsed = time.monotonic() - started
 
-    assert not isinstance(raised.value, BrokerUnavailable)  # a retry-on-unavailable never re-sends it
+    assert not isinstance(
+        raised.value, BrokerUnavailable
+    )  # a retry-on-unavailable never re-sends it
     assert 1.0 <= elapsed <= 1.0 + SLACK, f"took {elapsed:.3f}s of a 1 s deadline"
     assert "unknown" in str(raised.value) and "probe_count" in str(raised.value)
     # It had indeed reached Redis: once awake, Redis queued it (so "not sent" would have
     # been false), and the worker shed it as expired, since its caller had left.
-    assert wait_until(lambda: calls_of(own_store, "lpush") - pushes == 1), "the written call never arrived"
+    assert wait_until(lambda: calls_of(own_store, "lpush") - pushes == 1), (
+        "the written call never arrived"
+    )
     assert wait_until(lambda: own_store.llen("default") == 0)
     assert own_store.get(counter) is None
 
@@ -158,7 +165,9 @@ def test_a_call_that_cannot_connect_is_sent_when_redis_comes_back_within_its_dea
         # The client finds Redis gone: at connecting, or (a connection it still held)
         # at writing; either way it sends again until Redis answers.
         assert wait_until(
-            lambda: "cannot connect to Redis" in caplog.text or "cannot take calls now" in caplog.text,
+            lambda: (
+                "cannot connect to Redis" in caplog.text or "cannot take calls now" in caplog.text
+            ),
             timeout=10,
         ), caplog.text
         assert not call.done()
@@ -175,7 +184,10 @@ _OUTAGE = 0.5
 
 
 def _soak(
-    tool: RemoteTool, calls: int, arguments: Callable[[int], dict[str, Any]], outage: Callable[[], None]
+    tool: RemoteTool,
+    calls: int,
+    arguments: Callable[[int], dict[str, Any]],
+    outage: Callable[[], None],
 ) -> list[tuple[Any, float]]:
     """``calls`` calls of ``tool``, :data:`_IN_FLIGHT` at once; ``outage`` runs in a thread
     once a third of them are done. Per call: its result or the RemoteToolError it
@@ -223,7 +235,10 @@ def _failures(outcomes: list[tuple[Any, float]]) -> dict[str, int]:
 
 
 def test_a_half_second_freeze_of_redis_costs_no_call_of_three_thousand(
-    own_server: RedisServer, worker_factory: WorkerFactory, own_env: dict[str, str], own_client: ToolClient
+    own_server: RedisServer,
+    worker_factory: WorkerFactory,
+    own_env: dict[str, str],
+    own_client: ToolClient,
 ) -> None:
     worker_factory(pool="prefork", concurrency=4, env=own_env)
     echo = remote_tool("probe_echo", timeout=_DEADLINE, client=own_client)
@@ -247,9 +262,13 @@ def test_a_half_second_freeze_of_redis_costs_no_call_of_three_thousand(
 
 
 def test_a_half_second_redis_restart_with_its_data_costs_no_call_and_never_says_worker_lost(
-    own_server: RedisServer, worker_factory: WorkerFactory, own_env: dict[str, str], own_client: ToolClient,
-    own_store: redis.Redis, caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+    own_server: RedisServer,
+    worker_factory: WorkerFactory,
+    own_env: dict[str, str],
+    own_client: ToolClient,
+    own_store: redis.Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # "With its data": every write Redis acknowledged is on disk before the kill (with
     # appendfsync everysec a lagging fsync may lose the last two seconds of them).
     own_store.config_set("appendfsync", "always")
@@ -279,11 +298,17 @@ def test_a_half_second_redis_restart_with_its_data_costs_no_call_and_never_says_
     # that (ToolOutcomeUnknown), within seconds.
     failures = _failures(outcomes)
     timed_out = [o.call_id for o, _ in outcomes if isinstance(o, ToolTimeoutError) and o.call_id]
-    held = what_redis_holds_of(own_store, timed_out, worker.log_path.read_text(errors="replace"), caplog.text)
+    held = what_redis_holds_of(
+        own_store, timed_out, worker.log_path.read_text(errors="replace"), caplog.text
+    )
     assert set(failures) <= {"ToolOutcomeUnknown"}, f"{failures}\n{held}"
-    assert failures.get("ToolOutcomeUnknown", 0) <= 4, failures  # one read of the worker's, one restart
+    assert failures.get("ToolOutcomeUnknown", 0) <= 4, (
+        failures
+    )  # one read of the worker's, one restart
     unknown = [(o, took) for o, took in outcomes if isinstance(o, ToolOutcomeUnknown)]
-    assert all("no worker of its queue died" in str(o) and took < _DEADLINE / 2 for o, took in unknown), unknown
+    assert all(
+        "no worker of its queue died" in str(o) and took < _DEADLINE / 2 for o, took in unknown
+    ), unknown
     results = [o for o, _ in outcomes if not isinstance(o, RemoteToolError)]
     assert all(o["text"] == f"soak-{o['number']}" for o in results)
     assert len(results) >= calls - 4
@@ -291,15 +316,25 @@ def test_a_half_second_redis_restart_with_its_data_costs_no_call_and_never_says_
 
 @pytest.mark.parametrize("pool", ["prefork", "solo", "threads", "asyncio"])
 def test_calls_a_worker_had_taken_but_not_started_when_redis_restarts_run_once(
-    pool: Pool, own_server: RedisServer, worker_factory: WorkerFactory, own_env: dict[str, str],
-    own_client: ToolClient, own_store: redis.Redis, tmp_path: Path,
-) -> None:  # fmt: skip
+    pool: Pool,
+    own_server: RedisServer,
+    worker_factory: WorkerFactory,
+    own_env: dict[str, str],
+    own_client: ToolClient,
+    own_store: redis.Redis,
+    tmp_path: Path,
+) -> None:
     # The worker has taken more calls than it runs at once (prefetch, or the solo pool's
     # one at a time behind a batched read). When Redis restarts, the ones it had not
     # started go back on the queue (executor.seams.put_back) and are taken again: the copies
     # still in the worker's memory must not run as well.
     own_store.config_set("appendfsync", "always")  # the queue survives the restart
-    env = {**own_env, "TOOLEXEC_TOOL_MODULES": f"{own_env['TOOLEXEC_TOOL_MODULES']},tests.integration.restart_tools"}
+    env = {
+        **own_env,
+        "TOOLEXEC_TOOL_MODULES": (
+            f"{own_env['TOOLEXEC_TOOL_MODULES']},tests.integration.restart_tools"
+        ),
+    }
     worker_factory(pool=pool, concurrency=2, queues=("restart",), env=env)
     nap = remote_tool("restart_nap", timeout=60, client=own_client)
     nap(path=str(tmp_path / "warm.log"), seconds=0)
@@ -329,14 +364,20 @@ def test_calls_a_worker_had_taken_but_not_started_when_redis_restarts_run_once(
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_proxy_built_while_redis_is_down_calls_until_its_deadline_and_gets_its_result(
-    mode: str, own_server: RedisServer, worker_factory: WorkerFactory, own_env: dict[str, str],
+    mode: str,
+    own_server: RedisServer,
+    worker_factory: WorkerFactory,
+    own_env: dict[str, str],
     own_client: ToolClient,
-) -> None:  # fmt: skip
+) -> None:
     # remote_tool(name, timeout=...)(...) in one expression, as the README writes it, with
     # the client's cached catalog view past its age: the read fails, and the proxy is
     # built from what the last read saw; the call is then sent until Redis is back.
     worker_factory(pool="prefork", concurrency=2, env=own_env)
-    assert remote_tool("probe_echo", timeout=10, client=own_client)(text="warm", number=0)["text"] == "warm"
+    assert (
+        remote_tool("probe_echo", timeout=10, client=own_client)(text="warm", number=0)["text"]
+        == "warm"
+    )
     time.sleep(1.0)  # the cached view's age (at most 1 s): a duration, not a condition
     own_server.kill()
     back = threading.Timer(1.5, own_server.start)  # the outage's length: a duration
@@ -346,7 +387,11 @@ def test_a_proxy_built_while_redis_is_down_calls_until_its_deadline_and_gets_its
         if mode == "sync":
             result = remote_tool("probe_echo", timeout=20, client=own_client)(text="down", number=1)
         else:
-            result = asyncio.run(remote_tool("probe_echo", client=own_client).invoke({"text": "down", "number": 1}, timeout=20))
+            result = asyncio.run(
+                remote_tool("probe_echo", client=own_client).invoke(
+                    {"text": "down", "number": 1}, timeout=20
+                )
+            )
         took = time.monotonic() - started
     finally:
         back.join()
@@ -374,7 +419,10 @@ def test_a_call_in_flight_when_redis_restarts_re_attaches_to_its_reply(
 
 
 def test_heartbeats_that_lapse_while_redis_is_down_kill_no_call_and_run_none_twice(
-    own_server: RedisServer, worker_factory: WorkerFactory, own_env: dict[str, str], own_client: ToolClient,
+    own_server: RedisServer,
+    worker_factory: WorkerFactory,
+    own_env: dict[str, str],
+    own_client: ToolClient,
     own_store: redis.Redis,
 ) -> None:
     # Redis is down for longer than a heartbeat's TTL and comes back with its data (a
@@ -382,7 +430,10 @@ def test_heartbeats_that_lapse_while_redis_is_down_kill_no_call_and_run_none_twi
     # though every worker lives. Neither the client's watchdog nor a worker beginning a
     # call may take that for a dead holder: each idempotent call runs once and ends
     # in its result.
-    env = {**own_env, "TOOLEXEC_TOOL_MODULES": f"{own_env['TOOLEXEC_TOOL_MODULES']},tests.integration.idem_tools"}
+    env = {
+        **own_env,
+        "TOOLEXEC_TOOL_MODULES": f"{own_env['TOOLEXEC_TOOL_MODULES']},tests.integration.idem_tools",
+    }
     for _ in range(2):
         worker_factory(pool="prefork", concurrency=4, queues=("idem_kill",), env=env)
     slow = remote_tool("idem_slow_alo", timeout=_DEADLINE, client=own_client)
@@ -392,13 +443,15 @@ def test_heartbeats_that_lapse_while_redis_is_down_kill_no_call_and_run_none_twi
 
     def one(i: int) -> Any:
         with run_scope():  # a run of its own: one execution per call
-            return slow(counter=f"outage:{tag}:{i}", seconds=6 * interval, marker=f"outage:{tag}:pid:{i}")
+            return slow(
+                counter=f"outage:{tag}:{i}", seconds=6 * interval, marker=f"outage:{tag}:pid:{i}"
+            )
 
     with concurrent.futures.ThreadPoolExecutor(calls) as pool:
         futures = [pool.submit(one, i) for i in range(calls)]
-        assert wait_until(lambda: all(own_store.exists(f"outage:{tag}:pid:{i}") for i in range(calls)), 30), (
-            f"the calls never started: {[f.exception() for f in futures if f.done()]}"
-        )
+        assert wait_until(
+            lambda: all(own_store.exists(f"outage:{tag}:pid:{i}") for i in range(calls)), 30
+        ), f"the calls never started: {[f.exception() for f in futures if f.done()]}"
         own_server.stop()
         down = time.monotonic()
         time.sleep(3 * interval)  # the outage's length: a duration, not a condition

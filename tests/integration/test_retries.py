@@ -37,7 +37,8 @@ def retry_worker(
     probe_env: dict[str, str],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WorkerProcess]:
-    """A worker of the given pool (two processes on prefork) with metrics on, serving ``retries``."""
+    """A worker of the given pool (two processes on prefork) with metrics on, serving
+    ``retries``."""
     pool: Pool = request.param
     env = {
         **probe_env,
@@ -55,7 +56,7 @@ def _key() -> str:
 
 
 @pytest.mark.parametrize("tool", ["retry_flaky", "retry_flaky_async"])
-def test_a_tool_that_fails_twice_with_connection_error_then_succeeds_returns_its_result_after_three_attempts(
+def test_a_tool_that_fails_twice_with_connection_error_then_succeeds_returns_its_result_after_three_attempts(  # noqa: E501
     retry_worker: WorkerProcess, tool_client: ToolClient, redis_client: redis.Redis, tool: str
 ) -> None:
     key = _key()

@@ -1,9 +1,9 @@
 """Signed calls: a worker with TOOLEXEC_SIGNING_KEY runs what a key holder signed, only that.
 
 An unsigned call, one signed with another key, and a signed message altered on the way
-(its arguments, its tool, Celery's hard limit or expiry in its headers) are refused before the tool runs: the tool leaves no mark,
-the message is dead-lettered with its reason, and the caller gets an error that says
-which key to set.
+(its arguments, its tool, Celery's hard limit or expiry in its headers) are refused
+before the tool runs: the tool leaves no mark, the message is dead-lettered with its
+reason, and the caller gets an error that says which key to set.
 """
 
 from __future__ import annotations
@@ -54,9 +54,14 @@ def worker(
 ) -> Iterator[WorkerProcess]:
     """A worker with the key, on the ``security`` queue: prefork, then toolexec's asyncio pool."""
     started = WorkerProcess(
-        name=f"signing-{uuid.uuid4().hex[:8]}", pool=request.param, concurrency=2, queues=(QUEUE,),
-        env=env, cwd=PROJECT_ROOT, log_dir=tmp_path_factory.mktemp("signing-worker"),
-    )  # fmt: skip
+        name=f"signing-{uuid.uuid4().hex[:8]}",
+        pool=request.param,
+        concurrency=2,
+        queues=(QUEUE,),
+        env=env,
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path_factory.mktemp("signing-worker"),
+    )
     with started:
         yield started
 
@@ -101,7 +106,9 @@ def test_a_signed_call_runs(signed: ToolClient, env: dict[str, str]) -> None:
     assert Path(path) == mark(env, tag) and mark(env, tag).read_text() == "ran\n"
 
 
-def test_a_signed_idempotent_at_least_once_call_runs_once_per_run(signed: ToolClient, env: dict[str, str]) -> None:
+def test_a_signed_idempotent_at_least_once_call_runs_once_per_run(
+    signed: ToolClient, env: dict[str, str]
+) -> None:
     tag = uuid.uuid4().hex
     with run_scope():
         first = remote_tool("idem_record", client=signed).invoke_sync({"tag": tag})
@@ -148,10 +155,17 @@ def prepared_signed(env: dict[str, str], spec: ToolSpec, arguments: dict[str, An
     settings = Settings.from_env(env)
     validator = ArgumentValidator(spec.name, spec.parameters, max_bytes=settings.max_argument_bytes)
     return prepare_call(
-        spec, arguments, validator=validator, settings=settings, call_id=uuid.uuid4().hex,
-        reply_to=f"signing-{uuid.uuid4().hex[:8]}", timeout=30.0, run_id=None,
-        idempotency_key=None, origin="test",
-    )  # fmt: skip
+        spec,
+        arguments,
+        validator=validator,
+        settings=settings,
+        call_id=uuid.uuid4().hex,
+        reply_to=f"signing-{uuid.uuid4().hex[:8]}",
+        timeout=30.0,
+        run_id=None,
+        idempotency_key=None,
+        origin="test",
+    )
 
 
 SCHEMA = {"type": "object", "properties": {"tag": {"type": "string"}}, "required": ["tag"]}
@@ -172,7 +186,9 @@ def test_a_signed_message_altered_on_the_way_is_refused(
     elif alteration == "tool":  # the same arguments, to a tool with side effects
         kwargs["tool"] = "record"
         kwargs["arguments"] = {"tag": altered}
-    elif alteration == "timelimit":  # Celery's hard limit, its backstop for a stuck process, removed
+    elif (
+        alteration == "timelimit"
+    ):  # Celery's hard limit, its backstop for a stuck process, removed
         assert envelope["headers"]["timelimit"] == [6.0, None]
         envelope["headers"]["timelimit"] = [None, None]
     else:  # Celery's expiry moved a day later

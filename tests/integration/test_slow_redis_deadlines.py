@@ -99,12 +99,21 @@ def test_with_redis_slow_toolexec_call_counts_its_catalog_read_against_the_deadl
     started = time.monotonic()
     with pytest.raises(CommandFailed) as failed:
         call_tool(
-            slow_client, "probe_sleep", ["seconds=5"], timeout=str(DEADLINE), run_id=None,
-            as_json=False, stdin=io.StringIO(), out=out, err=err,
-        )  # fmt: skip
+            slow_client,
+            "probe_sleep",
+            ["seconds=5"],
+            timeout=str(DEADLINE),
+            run_id=None,
+            as_json=False,
+            stdin=io.StringIO(),
+            out=out,
+            err=err,
+        )
     took = time.monotonic() - started
 
     assert failed.value.code is ExitCode.TIMEOUT
-    assert str(failed.value) == f"ToolTimeoutError: tool 'probe_sleep' timed out after {DEADLINE:g}s"
+    assert (
+        str(failed.value) == f"ToolTimeoutError: tool 'probe_sleep' timed out after {DEADLINE:g}s"
+    )
     assert DEADLINE <= took < DEADLINE + SLACK, took
     assert _catalog_read_time(slow_client, slow_redis) > SLACK

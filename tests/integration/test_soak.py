@@ -28,7 +28,9 @@ def _row(report: str, label: str) -> int:
     return int(match.group(1))
 
 
-def test_a_short_soak_ends_every_call_as_its_faults_allow_books_once_and_leaves_redis_and_workers_as_found() -> None:
+def test_a_short_soak_ends_every_call_as_its_faults_allow_books_once_and_leaves_redis_and_workers_as_found() -> (  # noqa: E501
+    None
+):
     done = subprocess.run(
         [sys.executable, "-m", "bench", "soak", "--smoke"],
         cwd=ROOT,
@@ -47,7 +49,9 @@ def test_a_short_soak_ends_every_call_as_its_faults_allow_books_once_and_leaves_
     assert _row(report, "total ended") == 600 and _row(report, "never ended") == 0
     ended = report.partition("## How the calls ended")[2].partition("## Bookings")[0]
     errors = re.findall(r"^\| (\w+) +\| (\d+) +\| (\d+) +\|", ended, re.MULTILINE)
-    errors = [(kind, calls, allowed) for kind, calls, allowed in errors if kind not in ("never", "total")]
+    errors = [
+        (kind, calls, allowed) for kind, calls, allowed in errors if kind not in ("never", "total")
+    ]
     assert {kind for kind, _, _ in errors} <= {"WorkerLost", "ToolOutcomeUnknown"}, errors
     assert all(int(calls) <= int(allowed) for _, calls, allowed in errors), errors
     # One booking per successful booking call.
@@ -55,7 +59,9 @@ def test_a_short_soak_ends_every_call_as_its_faults_allow_books_once_and_leaves_
     assert successful > 0
     assert _row(report, "duplicate bookings") == 0
     assert _row(report, "bodies run again with no kill to explain it") == 0
-    assert _row(report, "bookings in the ledger") == successful + _row(report, "bookings of calls that ended in an error")
+    assert _row(report, "bookings in the ledger") == successful + _row(
+        report, "bookings of calls that ended in an error"
+    )
     # Redis: every call's keys expired; what is left is the baseline's kinds and keys
     # whose rules outlive the wait, each within its rule.
     assert "after waiting" in report
@@ -63,6 +69,11 @@ def test_a_short_soak_ends_every_call_as_its_faults_allow_books_once_and_leaves_
     assert _row(report, "with a TTL longer than its rule") == 0
     assert _row(report, "without a TTL beyond the catalog and kombu's") == 0
     assert _row(report, "of no known kind") == 0
-    assert _row(report, "of the baseline's kinds (catalog, workers, heartbeats, the client's liveness, kombu)") == _row(report, "DBSIZE before the calls")
+    assert _row(
+        report,
+        "of the baseline's kinds (catalog, workers, heartbeats, the client's liveness, kombu)",
+    ) == _row(report, "DBSIZE before the calls")
     # Worker RSS was compared on the same processes after the last restart.
-    assert re.search(r"After the last restart, [1-9]\d* processes sampled throughout", report), report
+    assert re.search(r"After the last restart, [1-9]\d* processes sampled throughout", report), (
+        report
+    )

@@ -31,10 +31,13 @@ pytestmark = pytest.mark.integration
 POOLS: list[Pool] = ["prefork", "threads", "asyncio"]
 
 
-
 @pytest.mark.parametrize("pool", ["threads", "asyncio", "solo"])
 def test_a_tool_holding_the_interpreter_lock_past_its_hard_limit_is_not_a_lost_worker(
-    worker_factory: WorkerFactory, fleet_env: dict[str, str], fleet_client: ToolClient, tmp_path: Path, pool: Pool
+    worker_factory: WorkerFactory,
+    fleet_env: dict[str, str],
+    fleet_client: ToolClient,
+    tmp_path: Path,
+    pool: Pool,
 ) -> None:
     worker_factory(pool=pool, queues=(QUEUE,), env=fleet_env)
     hold = remote_tool("deploy_gil", client=fleet_client, timeout=20)
@@ -47,7 +50,12 @@ def test_a_tool_holding_the_interpreter_lock_past_its_hard_limit_is_not_a_lost_w
     assert not isinstance(outcome, WorkerLost)
     assert _starts(tmp_path, "gil") == 1
     # The catalog kept the worker: the next call finds its tool at once.
-    assert remote_tool("deploy_plain", client=fleet_client, timeout=10)(token="next", seconds=0.0)["token"] == "next"
+    assert (
+        remote_tool("deploy_plain", client=fleet_client, timeout=10)(token="next", seconds=0.0)[
+            "token"
+        ]
+        == "next"
+    )
 
 
 _DEAD_CALLER = """
@@ -57,7 +65,9 @@ configure()
 work = remote_tool("deploy_plain", timeout=600)
 
 async def main():
-    calls = [asyncio.ensure_future(work.invoke({"token": f"q{i}", "seconds": 0.5})) for i in range(96)]
+    calls = [
+        asyncio.ensure_future(work.invoke({"token": f"q{i}", "seconds": 0.5})) for i in range(96)
+    ]
     await asyncio.gather(*calls)
 
 asyncio.run(main())
@@ -69,7 +79,9 @@ def test_the_queued_calls_of_a_caller_killed_are_shed_within_about_an_interval(
     worker_factory: WorkerFactory, fleet_env: dict[str, str], tmp_path: Path, pool: Pool
 ) -> None:
     worker_factory(pool=pool, concurrency=1, queues=(QUEUE,), env=fleet_env)
-    caller = subprocess.Popen([sys.executable, "-c", _DEAD_CALLER], env={**os.environ, **fleet_env}, cwd=PROJECT_ROOT)
+    caller = subprocess.Popen(
+        [sys.executable, "-c", _DEAD_CALLER], env={**os.environ, **fleet_env}, cwd=PROJECT_ROOT
+    )
     try:
         assert wait_until(lambda: _started(tmp_path) >= 3, timeout=30)
     finally:
@@ -112,11 +124,16 @@ def test_a_dead_callers_calls_taken_by_a_wide_pool_never_start_past_the_bound(
     # wait for a tool thread. Each is checked as its thread takes it: none starts later
     # than the documented bound after the caller's death (an interval and a third; 1 s
     # intervals here), though the pool had taken them all before it.
-    worker_factory(pool=pool, concurrency=500 if pool == "asyncio" else 32, queues=(QUEUE,), env=fleet_env)
+    worker_factory(
+        pool=pool, concurrency=500 if pool == "asyncio" else 32, queues=(QUEUE,), env=fleet_env
+    )
     caller = subprocess.Popen(
-        [sys.executable, "-c", _MANY_DEAD], env={**os.environ, **fleet_env}, cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-c", _MANY_DEAD],
+        env={**os.environ, **fleet_env},
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert caller.stdout is not None and caller.stdout.readline().strip() == "sent"
         assert wait_until(lambda: _started(tmp_path) >= 32, timeout=30)
@@ -129,7 +146,9 @@ def test_a_dead_callers_calls_taken_by_a_wide_pool_never_start_past_the_bound(
     # Long enough for any of the 200 to have started, had they not been shed.
     assert wait_until(lambda: _started(tmp_path) >= 200, timeout=6 * bound) is False
     late = [at - killed_at for at in _start_times(tmp_path) if at > killed_at + bound + 0.25]
-    assert late == [], f"{len(late)} calls started past the bound, the last {max(late):.2f}s after the death"
+    assert late == [], (
+        f"{len(late)} calls started past the bound, the last {max(late):.2f}s after the death"
+    )
     assert _started(tmp_path) < 200
 
 
@@ -141,7 +160,11 @@ def _start_times(tmp_path: Path) -> list[float]:
 
 def _started(tmp_path: Path) -> int:
     folder = tmp_path / "data" / "runs"
-    return sum(path.read_text().split().count("start") for path in folder.iterdir()) if folder.exists() else 0
+    return (
+        sum(path.read_text().split().count("start") for path in folder.iterdir())
+        if folder.exists()
+        else 0
+    )
 
 
 def _starts(tmp_path: Path, token: str) -> int:

@@ -54,18 +54,28 @@ def test_a_claimant_whose_frame_never_comes_is_answered_from_the_stored_state(
     env: dict[str, str], server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     worker = WorkerProcess(
-        name=f"watched-{uuid.uuid4().hex[:8]}", pool="solo", concurrency=1, queues=("counted",),
-        env=env, cwd=PROJECT_ROOT, log_dir=tmp_path_factory.mktemp("watched-worker"),
-    )  # fmt: skip
+        name=f"watched-{uuid.uuid4().hex[:8]}",
+        pool="solo",
+        concurrency=1,
+        queues=("counted",),
+        env=env,
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path_factory.mktemp("watched-worker"),
+    )
     client = ToolClient(Settings.from_env(env))
     try:
         with worker:  # publishes the tool; then nobody consumes its queue
             keyed = remote_tool("counted_noop_idempotent", client=client)
         run_id = uuid.uuid4().hex
         key = idempotency_key(run_id, keyed.name, keyed.parameters, {"key": 1})
-        with redis.Redis.from_url(server.url) as store, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with (
+            redis.Redis.from_url(server.url) as store,
+            concurrent.futures.ThreadPoolExecutor(1) as pool,
+        ):
             pending = pool.submit(keyed.invoke_sync, {"key": 1}, run_id=run_id, timeout=30)
-            assert wait_until(lambda: store.exists(keys.claim(key))), "the call never claimed its key"
+            assert wait_until(lambda: store.exists(keys.claim(key))), (
+                "the call never claimed its key"
+            )
             stored = CallOutcome.success("another-delivery", 41)
             store.set(keys.state(key), stored_state(stored.model_dump_json()), px=60_000)
             stored_at = time.monotonic()

@@ -82,9 +82,20 @@ def toolexec_worker(
     """``toolexec worker -Q task_events -c 2 -P POOL``, ready once its heartbeat is in Redis."""
     name = f"events-{uuid.uuid4().hex[:8]}"
     argv = [
-        sys.executable, "-m", "toolexec", "worker", "-Q", QUEUE, "-c", "2", "-P", pool,
-        "-n", f"{name}@%h", *(["--", *extra] if extra else []),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "toolexec",
+        "worker",
+        "-Q",
+        QUEUE,
+        "-c",
+        "2",
+        "-P",
+        pool,
+        "-n",
+        f"{name}@%h",
+        *(["--", *extra] if extra else []),
+    ]
     process = ChildProcess(
         name, argv, env={**os.environ, **env}, cwd=PROJECT_ROOT, log_dir=tmp_path
     )
@@ -137,7 +148,8 @@ class EventLog:
         self._connection.release()
 
     def of(self, hostname: str, *, prefix: str = "", since: float = 0.0) -> list[dict[str, Any]]:
-        """The events ``hostname`` sent whose type starts with ``prefix``, received after ``since``."""
+        """The events ``hostname`` sent whose type starts with ``prefix``, received
+        after ``since``."""
         assert self._failure is None, f"the event receiver failed: {self._failure!r}"
         with self._lock:
             return [
@@ -301,8 +313,15 @@ def test_flower_shows_the_calls_of_a_worker_started_with_the_default_without_bei
 ) -> None:
     port = free_port()
     argv = [
-        sys.executable, "-m", "celery", "-A", "executor", "flower", f"--port={port}", "--address=127.0.0.1",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "executor",
+        "flower",
+        f"--port={port}",
+        "--address=127.0.0.1",
+    ]
     # Flower 2.x answers its REST API without authentication only when told to.
     env = {**os.environ, **events_env, "FLOWER_UNAUTHENTICATED_API": "true"}
     base = f"http://127.0.0.1:{port}"
@@ -316,10 +335,11 @@ def test_flower_shows_the_calls_of_a_worker_started_with_the_default_without_bei
             assert flower.is_running, flower.log_tail()
             call(client, "seen")
             return any(
-                task.get("name") == TOOL and task.get("state") == "SUCCESS"
+                task.get("name") == TOOL
+                and task.get("state") == "SUCCESS"
                 and task.get("worker") == worker.hostname
                 for task in flower_tasks(base).values()
-            )  # fmt: skip
+            )
 
         assert wait_until(shown, timeout=45, interval=0.5), (
             f"Flower lists {flower_tasks(base)}\n{flower.log_tail()}"

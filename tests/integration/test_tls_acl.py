@@ -68,13 +68,16 @@ def documented_acl() -> list[str]:
 def for_database(line: str, db: int) -> str:
     """The documented user's line for database ``db``, as the doc says to write it."""
     rewritten = line.replace("&/0.", f"&/{db}.").replace("+select|0", f"+select|{db}")
-    assert rewritten.count(f"/{db}.") == 2 and f"+select|{db}" in rewritten, "the doc's database rule changed"
+    assert rewritten.count(f"/{db}.") == 2 and f"+select|{db}" in rewritten, (
+        "the doc's database rule changed"
+    )
     return rewritten
 
 
 @pytest.fixture(scope="module")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate; clients must present one."""
+    """A CA, a server certificate for 127.0.0.1 and a client certificate; clients must
+    present one."""
     return make_tls_files(tmp_path_factory.mktemp("tls"), require_client_certs=True)
 
 
@@ -85,16 +88,24 @@ def server(tls_files: TlsFiles, tmp_path_factory: pytest.TempPathFactory) -> Ite
     lines = []
     for line in documented_acl():
         if line.startswith("user toolexec "):
-            line = line.replace(">CHANGE-ME", f">{PASSWORD}").replace(" ~default* ", " ~default* ~security* ")
-            lines.append(for_database(line, OTHER_DB).replace("user toolexec ", f"user {OTHER_USER} ", 1))
+            line = line.replace(">CHANGE-ME", f">{PASSWORD}").replace(
+                " ~default* ", " ~default* ~security* "
+            )
+            lines.append(
+                for_database(line, OTHER_DB).replace("user toolexec ", f"user {OTHER_USER} ", 1)
+            )
         lines.append(line)
     lines.append(f"user admin on >{ADMIN_PASSWORD} ~* &* +@all")
     acl = directory / "users.acl"
     acl.write_text("\n".join(lines) + "\n")
     started = RedisServer(
-        directory=directory, tls=tls_files, acl_file=acl, username="admin", password=ADMIN_PASSWORD,
+        directory=directory,
+        tls=tls_files,
+        acl_file=acl,
+        username="admin",
+        password=ADMIN_PASSWORD,
         appendonly=True,
-    )  # fmt: skip
+    )
     try:
         started.start()
     except ProcessStartFailed as failed:
@@ -143,7 +154,10 @@ def settings_with_url(app_env: dict[str, str], url: str) -> Settings:
 
 def denials(admin: redis.Redis) -> list[dict[str, object]]:
     """What Redis' ACL LOG holds: each denial's user, reason and command, key or channel."""
-    return [{name: entry.get(name) for name in ("username", "reason", "object", "count")} for entry in admin.acl_log()]
+    return [
+        {name: entry.get(name) for name in ("username", "reason", "object", "count")}
+        for entry in admin.acl_log()
+    ]
 
 
 def test_a_tls_server_from_a_binary_built_without_tls_fails_at_once_naming_what_to_install(
@@ -173,14 +187,28 @@ class ToolexecWorker:
         pool_args = [] if pool == "prefork" else ["-P", pool]
         self.process = ChildProcess(
             f"toolexec-worker-{pool}",
-            [sys.executable, "-m", "toolexec", "worker", "-Q", "default,security", "-c", "2", *pool_args,
-             "-n", f"acl-{uuid.uuid4().hex[:8]}@%h"],
-            env={**os.environ, **env}, cwd=PROJECT_ROOT, log_dir=log_dir,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "toolexec",
+                "worker",
+                "-Q",
+                "default,security",
+                "-c",
+                "2",
+                *pool_args,
+                "-n",
+                f"acl-{uuid.uuid4().hex[:8]}@%h",
+            ],
+            env={**os.environ, **env},
+            cwd=PROJECT_ROOT,
+            log_dir=log_dir,
+        )
         self.settings = Settings.from_env(env)
 
     def start(self) -> WorkerInfo:
-        """Start it and return its heartbeat, read as the admin would (its own user may not SCAN others')."""
+        """Start it and return its heartbeat, read as the admin would (its own user may
+        not SCAN others')."""
         self.process.start()
         with redis.Redis.from_url(self.settings.redis_url) as client:
             found: list[WorkerInfo] = []
@@ -201,9 +229,14 @@ class ToolexecWorker:
 def command(env: dict[str, str], *words: str) -> subprocess.CompletedProcess[str]:
     """``python -m toolexec WORDS`` with ``env``."""
     return subprocess.run(
-        [sys.executable, "-m", "toolexec", *words], env={**os.environ, **env}, cwd=PROJECT_ROOT,
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [sys.executable, "-m", "toolexec", *words],
+        env={**os.environ, **env},
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 @pytest.mark.parametrize(
@@ -215,15 +248,18 @@ def test_toolexec_worker_and_every_command_run_as_the_documented_user_and_redis_
     pool: Pool, db: int, ack_emulation: str, server: RedisServer, admin: redis.Redis, tmp_path: Path
 ) -> None:
     env = {
-        **user_env(server, tmp_path / "data", db=db), "TOOLEXEC_ACK_EMULATION": ack_emulation,
+        **user_env(server, tmp_path / "data", db=db),
+        "TOOLEXEC_ACK_EMULATION": ack_emulation,
         "TOOLEXEC_TASK_EVENTS": "on",  # every event a worker may publish, through the ACL
-    }  # fmt: skip
+    }
     admin.execute_command("ACL", "LOG", "RESET")
     worker = ToolexecWorker(env, pool, tmp_path / "worker")
     tool_client = ToolClient(Settings.from_env(env))
     try:
         info = worker.start()
-        hits = remote_tool("search", client=tool_client).invoke_sync({"query": "fox grapes", "limit": 1})
+        hits = remote_tool("search", client=tool_client).invoke_sync(
+            {"query": "fox grapes", "limit": 1}
+        )
         tag = uuid.uuid4().hex
         with run_scope():
             first = remote_tool("idem_record", client=tool_client).invoke_sync({"tag": tag})
@@ -231,11 +267,15 @@ def test_toolexec_worker_and_every_command_run_as_the_documented_user_and_redis_
         with pytest.raises(ToolExecutionError, match="declined"):
             remote_tool("fail", client=tool_client).invoke_sync({"text": "no"})
         events: list[ProgressEvent] = []
-        counted = remote_tool("steps", client=tool_client).invoke_sync({"count": 3}, on_progress=events.append)
+        counted = remote_tool("steps", client=tool_client).invoke_sync(
+            {"count": 3}, on_progress=events.append
+        )
         # A poison message, pushed by the documented user: the worker dead-letters it.
         with redis.Redis.from_url(env["TOOLEXEC_BROKER_URL"]) as as_user:
             as_user.lpush("security", "not a celery message")
-            assert wait_until(lambda: as_user.llen(keys.DEADLETTER) >= 1, timeout=30), worker.process.log_tail()
+            assert wait_until(lambda: as_user.llen(keys.DEADLETTER) >= 1, timeout=30), (
+                worker.process.log_tail()
+            )
         control = Celery("tls-inspect", broker=env["TOOLEXEC_BROKER_URL"], set_as_current=False)
         try:
             registered = control.control.inspect(timeout=5).registered()
@@ -249,7 +289,9 @@ def test_toolexec_worker_and_every_command_run_as_the_documented_user_and_redis_
         worker.process.stop()  # its worker.offline event is published as this user too
 
     assert hits and "Fables" in hits[0]["title"]
-    assert first == again and Path(first).read_text() == "ran\n"  # the repeat was answered from the store
+    assert (
+        first == again and Path(first).read_text() == "ran\n"
+    )  # the repeat was answered from the store
     assert counted == 3 and events and events[-1].done == 3
     assert registered is not None and sorted(registered.values()) == [
         ["toolexec.run_tool", "toolexec.run_tool_at_least_once"]
@@ -283,9 +325,9 @@ def refused_url(case: str, server: RedisServer, tls_files: TlsFiles, directory: 
     if case == "client certificate of another CA":
         assert tls_files.client_cert_file is not None and tls_files.client_key_file is not None
         cert, key = make_foreign_client_cert(directory)
-        return url.replace(quote(str(tls_files.client_cert_file), safe=""), quote(str(cert), safe="")).replace(
-            quote(str(tls_files.client_key_file), safe=""), quote(str(key), safe="")
-        )
+        return url.replace(
+            quote(str(tls_files.client_cert_file), safe=""), quote(str(cert), safe="")
+        ).replace(quote(str(tls_files.client_key_file), safe=""), quote(str(key), safe=""))
     raise AssertionError(case)
 
 
@@ -293,14 +335,27 @@ REFUSALS = [
     ("wrong password", "authentication failed"),
     ("untrusted server certificate", "TLS certificate verify failed"),
     ("rediss without ssl parameters", "TLS certificate verify failed"),
-    ("no client certificate", "set ssl_certfile and ssl_keyfile in the URL to a client certificate"),
-    ("client certificate of another CA", "set ssl_certfile and ssl_keyfile in the URL to a client certificate"),
+    (
+        "no client certificate",
+        "set ssl_certfile and ssl_keyfile in the URL to a client certificate",
+    ),
+    (
+        "client certificate of another CA",
+        "set ssl_certfile and ssl_keyfile in the URL to a client certificate",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("case", "cause"), [r for r in REFUSALS if r[0] != "rediss without ssl parameters"])
+@pytest.mark.parametrize(
+    ("case", "cause"), [r for r in REFUSALS if r[0] != "rediss without ssl parameters"]
+)
 def test_a_refused_client_fails_its_first_call_at_once_naming_the_cause(
-    case: str, cause: str, server: RedisServer, tls_files: TlsFiles, app_env: dict[str, str], tmp_path: Path
+    case: str,
+    cause: str,
+    server: RedisServer,
+    tls_files: TlsFiles,
+    app_env: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     url = refused_url(case, server, tls_files, tmp_path)
     tool_client = ToolClient(settings_with_url(app_env, url))
@@ -317,14 +372,23 @@ def test_a_refused_client_fails_its_first_call_at_once_naming_the_cause(
 
 @pytest.mark.parametrize(("case", "cause"), REFUSALS)
 def test_a_worker_that_redis_refuses_exits_at_start_naming_the_setting_and_the_cause(
-    case: str, cause: str, server: RedisServer, tls_files: TlsFiles, app_env: dict[str, str], tmp_path: Path
+    case: str,
+    cause: str,
+    server: RedisServer,
+    tls_files: TlsFiles,
+    app_env: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     url = refused_url(case, server, tls_files, tmp_path)
     refused = WorkerProcess(
-        name=f"refused-{uuid.uuid4().hex[:8]}", pool="solo", concurrency=1, queues=("security",),
+        name=f"refused-{uuid.uuid4().hex[:8]}",
+        pool="solo",
+        concurrency=1,
+        queues=("security",),
         env={**app_env, "TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": url},
-        cwd=PROJECT_ROOT, log_dir=tmp_path / "worker",
-    )  # fmt: skip
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path / "worker",
+    )
     started = time.monotonic()
     try:
         with pytest.raises(ProcessStartFailed, match="exited with 1"):

@@ -69,7 +69,9 @@ def test_remote_tool_waits_for_a_worker_when_the_agent_starts_before_its_workers
     # An empty Redis: no worker ever published anything.
     with pytest.raises(ToolNotFound):
         remote_tool("probe_echo_single")
-    worker = worker_factory(pool="solo", concurrency=1, queues=("single",), env=probe_env, wait=False)
+    worker = worker_factory(
+        pool="solo", concurrency=1, queues=("single",), env=probe_env, wait=False
+    )
 
     started = time.monotonic()
     echo = remote_tool("probe_echo_single", timeout=10, wait=30)
@@ -87,7 +89,9 @@ def test_remote_tools_waits_for_a_worker_when_the_agent_starts_before_its_worker
 ) -> None:
     # An empty Redis: no worker serves anything, and without a wait the set is empty now.
     assert remote_tools(queues=["single"]).names == []
-    worker = worker_factory(pool="solo", concurrency=1, queues=("single",), env=probe_env, wait=False)
+    worker = worker_factory(
+        pool="solo", concurrency=1, queues=("single",), env=probe_env, wait=False
+    )
 
     started = time.monotonic()
     tools = remote_tools(queues=["single"], wait=30, default_timeout=10)
@@ -103,7 +107,9 @@ def test_remote_tools_waits_for_a_worker_when_the_agent_starts_before_its_worker
     assert 1.0 <= time.monotonic() - started < 1.5
 
 
-def test_a_name_no_worker_ever_published_is_not_found_at_once_and_after_a_wait(tool_client: ToolClient) -> None:
+def test_a_name_no_worker_ever_published_is_not_found_at_once_and_after_a_wait(
+    tool_client: ToolClient,
+) -> None:
     started = time.monotonic()
     with pytest.raises(ToolNotFound) as raised:
         remote_tool("no_such_tool_anywhere")

@@ -59,7 +59,9 @@ AGENT = textwrap.dedent(
 
     client = ToolClient(Settings.from_env())
     try:
-        result = remote_tool("otel_absent_echo", client=client).invoke_sync({"text": "no traces"}, timeout=30)
+        result = remote_tool("otel_absent_echo", client=client).invoke_sync(
+            {"text": "no traces"}, timeout=30
+        )
     finally:
         client.close()
     loaded = sorted(name for name in sys.modules if name.startswith("opentelemetry"))
@@ -76,16 +78,30 @@ def test_a_call_works_with_opentelemetry_unimportable_in_the_agent_and_the_worke
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text(BLOCKER)
     path = os.pathsep.join([str(blocker), str(ROOT), os.environ.get("PYTHONPATH", "")])
-    env = {**settings_env, "TOOLEXEC_TOOL_MODULES": "tests.integration.otel_absent_tools", "PYTHONPATH": path}
+    env = {
+        **settings_env,
+        "TOOLEXEC_TOOL_MODULES": "tests.integration.otel_absent_tools",
+        "PYTHONPATH": path,
+    }
     worker = WorkerProcess(
-        name=f"no-otel-{uuid.uuid4().hex[:8]}", pool="prefork", concurrency=1, queues=("no-otel",),
-        env=env, cwd=ROOT, log_dir=tmp_path / "worker",
-    )  # fmt: skip
+        name=f"no-otel-{uuid.uuid4().hex[:8]}",
+        pool="prefork",
+        concurrency=1,
+        queues=("no-otel",),
+        env=env,
+        cwd=ROOT,
+        log_dir=tmp_path / "worker",
+    )
     with worker:
         agent = subprocess.run(
-            [sys.executable, "-c", AGENT], env={**os.environ, **env}, cwd=ROOT,
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
+            [sys.executable, "-c", AGENT],
+            env={**os.environ, **env},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         children = worker.child_pids()
         log = worker.log_path.read_text()
 

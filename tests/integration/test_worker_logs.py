@@ -41,12 +41,20 @@ def env(settings_env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def worker(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+def worker(
+    env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     """A prefork worker logging at INFO, on the ``security`` queue."""
     started = WorkerProcess(
-        name=f"logs-{uuid.uuid4().hex[:8]}", pool="prefork", concurrency=2, queues=(QUEUE,),
-        env=env, cwd=PROJECT_ROOT, log_dir=tmp_path_factory.mktemp("logs-worker"), loglevel="INFO",
-    )  # fmt: skip
+        name=f"logs-{uuid.uuid4().hex[:8]}",
+        pool="prefork",
+        concurrency=2,
+        queues=(QUEUE,),
+        env=env,
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path_factory.mktemp("logs-worker"),
+        loglevel="INFO",
+    )
     with started:
         yield started
 
@@ -65,10 +73,17 @@ def raw_call(env: dict[str, str], tool: str, arguments: dict[str, Any]) -> Prepa
     spec = ToolSpec(name=tool, description="d", parameters={"type": "object"}, queue=QUEUE)
     validator = ArgumentValidator(tool, spec.parameters, max_bytes=settings.max_argument_bytes)
     return prepare_call(
-        spec, arguments, validator=validator, settings=settings, call_id=uuid.uuid4().hex,
-        reply_to=f"logs-{uuid.uuid4().hex[:8]}", timeout=30.0, run_id=None, idempotency_key=None,
+        spec,
+        arguments,
+        validator=validator,
+        settings=settings,
+        call_id=uuid.uuid4().hex,
+        reply_to=f"logs-{uuid.uuid4().hex[:8]}",
+        timeout=30.0,
+        run_id=None,
+        idempotency_key=None,
         origin="test",
-    )  # fmt: skip
+    )
 
 
 def with_body(call: PreparedCall, body: bytes, **changes: Any) -> str:
@@ -106,20 +121,32 @@ def test_no_argument_result_or_error_message_reaches_a_log_at_info(
         assert outcome.error is not None
         assert outcome.error.kind in (ErrorKind.INVALID_ARGUMENTS, ErrorKind.NOT_FOUND)
     foreign = raw_call(env, "echo", {"text": SECRET})
-    redis_client.lpush(QUEUE, with_body(foreign, json.dumps([[SECRET], {}, {}]).encode(), headers={"task": "os.system"}))
+    redis_client.lpush(
+        QUEUE,
+        with_body(foreign, json.dumps([[SECRET], {}, {}]).encode(), headers={"task": "os.system"}),
+    )
     undecodable = raw_call(env, "echo", {"text": "x"})  # the client refuses kombu's marker itself
-    fields = {**undecodable.request.model_dump(mode="json"), "arguments": {"text": {"__type__": "nope", "__value__": SECRET}}}
+    fields = {
+        **undecodable.request.model_dump(mode="json"),
+        "arguments": {"text": {"__type__": "nope", "__value__": SECRET}},
+    }
     redis_client.lpush(QUEUE, with_body(undecodable, json.dumps([[], fields, {}]).encode()))
     pickled = raw_call(env, "echo", {"text": SECRET})
     redis_client.lpush(
         QUEUE,
-        with_body(pickled, b"\x80\x04\x95" + SECRET.encode(), **{"content-type": "application/x-python-serialize"}),
+        with_body(
+            pickled,
+            b"\x80\x04\x95" + SECRET.encode(),
+            **{"content-type": "application/x-python-serialize"},
+        ),
     )
     # A call behind them: once it is answered, the worker has dealt with all of them.
     assert remote_tool("echo", client=client).invoke_sync({"text": "done"}) == {"echo": "done"}
 
     log = worker.log_path.read_text()
     assert "Task echo[" in log and "] received" in log  # INFO records are there...
-    assert SECRET not in log, [line for line in log.splitlines() if SECRET in line]  # ...the secret is not
+    assert SECRET not in log, [
+        line for line in log.splitlines() if SECRET in line
+    ]  # ...the secret is not
     agent = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
     assert not [line for line in agent if SECRET in line]

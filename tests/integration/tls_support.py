@@ -53,13 +53,21 @@ def _validity(builder: x509.CertificateBuilder) -> x509.CertificateBuilder:
 
 
 _CA_USAGE = x509.KeyUsage(
-    digital_signature=True, content_commitment=False, key_encipherment=False,
-    data_encipherment=False, key_agreement=False, key_cert_sign=True, crl_sign=True,
-    encipher_only=False, decipher_only=False,
-)  # fmt: skip
+    digital_signature=True,
+    content_commitment=False,
+    key_encipherment=False,
+    data_encipherment=False,
+    key_agreement=False,
+    key_cert_sign=True,
+    crl_sign=True,
+    encipher_only=False,
+    decipher_only=False,
+)
 
 
-def make_ca(directory: Path, name: str = "toolexec test CA") -> tuple[Path, ec.EllipticCurvePrivateKey, x509.Certificate]:
+def make_ca(
+    directory: Path, name: str = "toolexec test CA"
+) -> tuple[Path, ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A self-signed CA: (its certificate file, its key, its certificate)."""
     directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -108,8 +116,12 @@ def _issue(
 def make_tls_files(directory: Path, *, require_client_certs: bool = False) -> TlsFiles:
     """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by it."""
     ca_file, ca_key, ca_cert = make_ca(directory)
-    server_key, server_cert = _issue(ca_key, ca_cert, "127.0.0.1", ExtendedKeyUsageOID.SERVER_AUTH, server=True)
-    client_key, client_cert = _issue(ca_key, ca_cert, "toolexec-client", ExtendedKeyUsageOID.CLIENT_AUTH, server=False)
+    server_key, server_cert = _issue(
+        ca_key, ca_cert, "127.0.0.1", ExtendedKeyUsageOID.SERVER_AUTH, server=True
+    )
+    client_key, client_cert = _issue(
+        ca_key, ca_cert, "toolexec-client", ExtendedKeyUsageOID.CLIENT_AUTH, server=False
+    )
     return TlsFiles(
         ca_file=ca_file,
         cert_file=_write_cert(server_cert, directory / "server.pem"),
@@ -124,4 +136,6 @@ def make_foreign_client_cert(directory: Path) -> tuple[Path, Path]:
     """A client certificate and its key, signed by a CA of their own (no server trusts it)."""
     _, ca_key, ca_cert = make_ca(directory, "foreign CA")
     key, cert = _issue(ca_key, ca_cert, "intruder", ExtendedKeyUsageOID.CLIENT_AUTH, server=False)
-    return _write_cert(cert, directory / "foreign-client.pem"), _write_key(key, directory / "foreign-client.key")
+    return _write_cert(cert, directory / "foreign-client.pem"), _write_key(
+        key, directory / "foreign-client.key"
+    )

@@ -26,8 +26,11 @@ def module_worker(
     fresh temporary folder, and stop it at exit; ``options`` go to ``kind`` (pool,
     concurrency, queues, loglevel: :class:`~toolexec.WorkerProcess`'s defaults otherwise)."""
     worker = kind(
-        name=f"{name}-{uuid.uuid4().hex[:8]}", env=env, cwd=PROJECT_ROOT,
-        log_dir=tmp_path_factory.mktemp(f"{name}-worker"), **options,
-    )  # fmt: skip
+        name=f"{name}-{uuid.uuid4().hex[:8]}",
+        env=env,
+        cwd=PROJECT_ROOT,
+        log_dir=tmp_path_factory.mktemp(f"{name}-worker"),
+        **options,
+    )
     with worker:
         yield worker

@@ -73,7 +73,9 @@ def _valid_value(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     if kind == "string":
         low, high = schema.get("minLength", 0), schema.get("maxLength", 50)
         if "pattern" in schema:
-            return st.from_regex(schema["pattern"], fullmatch=True).filter(lambda s: low <= len(s) <= high)
+            return st.from_regex(schema["pattern"], fullmatch=True).filter(
+                lambda s: low <= len(s) <= high
+            )
         # Without surrounding white space: a tool may strip it (book_flight's passenger
         # does), which its JSON Schema cannot say, so "  " passes the client's check only.
         text = st.text(st.characters(codec="utf-8"), min_size=max(low, 1), max_size=min(high, 50))
@@ -82,10 +84,14 @@ def _valid_value(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
         return st.integers(schema.get("minimum", -(2**31)), schema.get("maximum", 2**31))
     if kind == "number":
         floor = schema.get("exclusiveMinimum", schema.get("minimum", -1e9))
-        return st.floats(floor, schema.get("maximum", 1e9), exclude_min="exclusiveMinimum" in schema)
+        return st.floats(
+            floor, schema.get("maximum", 1e9), exclude_min="exclusiveMinimum" in schema
+        )
     if kind == "boolean":
         return st.booleans()
-    raise NotImplementedError(f"a starter tool's schema uses {schema!r}: teach fuzz_strategies to build it")
+    raise NotImplementedError(
+        f"a starter tool's schema uses {schema!r}: teach fuzz_strategies to build it"
+    )
 
 
 def valid_arguments(definition: ToolDefinition) -> st.SearchStrategy[dict[str, Any]]:
@@ -94,7 +100,11 @@ def valid_arguments(definition: ToolDefinition) -> st.SearchStrategy[dict[str, A
     required = set(definition.spec.parameters.get("required", []))
     return st.fixed_dictionaries(
         {name: _valid_value(schema) for name, schema in properties.items() if name in required},
-        optional={name: _valid_value(schema) for name, schema in properties.items() if name not in required},
+        optional={
+            name: _valid_value(schema)
+            for name, schema in properties.items()
+            if name not in required
+        },
     )
 
 
@@ -109,7 +119,9 @@ def _nested(depth: int, leaf: Any) -> Any:
 
 
 _LONE_SURROGATE = st.integers(0xD800, 0xDFFF).map(chr)
-_WITH_SURROGATE = st.builds(lambda a, s, b: a + s + b, st.text(max_size=5), _LONE_SURROGATE, st.text(max_size=5))
+_WITH_SURROGATE = st.builds(
+    lambda a, s, b: a + s + b, st.text(max_size=5), _LONE_SURROGATE, st.text(max_size=5)
+)
 _SCALARS = (
     st.none()
     | st.booleans()
@@ -138,8 +150,15 @@ def mixed_arguments(definition: ToolDefinition) -> st.SearchStrategy[dict[str, A
     """Valid arguments with any of their fields replaced, left out, or joined by extras."""
     names = sorted(_properties(definition))
     fields = st.fixed_dictionaries({}, optional={name: hostile_values() for name in names})
-    extras = st.dictionaries(st.text(max_size=12).filter(lambda k: k not in names), hostile_values(), max_size=3)
-    return st.builds(lambda valid, known, more: {**valid, **known, **more}, valid_arguments(definition), fields, extras)
+    extras = st.dictionaries(
+        st.text(max_size=12).filter(lambda k: k not in names), hostile_values(), max_size=3
+    )
+    return st.builds(
+        lambda valid, known, more: {**valid, **known, **more},
+        valid_arguments(definition),
+        fields,
+        extras,
+    )
 
 
 # -- one bad field per case, by category ------------------------------------------------------
@@ -161,9 +180,14 @@ def field_named(field: str) -> str:
 _UNDECLARED = st.text(st.characters(codec="ascii", categories=["L"]), min_size=1, max_size=12)
 
 
-def _target(data: st.DataObject, definition: ToolDefinition, kinds: tuple[str, ...] = ()) -> tuple[str, dict[str, Any]]:
-    """A declared field (of one of ``kinds``, if given) and valid arguments around it; or an undeclared one."""
-    candidates = sorted(n for n, s in _properties(definition).items() if not kinds or s.get("type") in kinds)
+def _target(
+    data: st.DataObject, definition: ToolDefinition, kinds: tuple[str, ...] = ()
+) -> tuple[str, dict[str, Any]]:
+    """A declared field (of one of ``kinds``, if given) and valid arguments around it;
+    or an undeclared one."""
+    candidates = sorted(
+        n for n, s in _properties(definition).items() if not kinds or s.get("type") in kinds
+    )
     base = data.draw(valid_arguments(definition))
     if candidates:
         return data.draw(st.sampled_from(candidates)), base
@@ -176,7 +200,9 @@ def _wrong_type(schema: dict[str, Any]) -> st.SearchStrategy[Any]:
     containers = st.none() | st.lists(st.integers(), min_size=1, max_size=3) | st.just({"a": 1})
     if schema.get("type") == "string":
         return containers | st.integers() | st.booleans()
-    return containers | st.text(st.characters(codec="ascii", categories=["L"]), min_size=1, max_size=10)
+    return containers | st.text(
+        st.characters(codec="ascii", categories=["L"]), min_size=1, max_size=10
+    )
 
 
 Category = Callable[[st.DataObject, ToolDefinition], BadCase]
@@ -192,7 +218,10 @@ def _spoil(value: st.SearchStrategy[Any], kinds: tuple[str, ...] = ()) -> Catego
 
 def _wrong_types(data: st.DataObject, definition: ToolDefinition) -> BadCase:
     field, base = _target(data, definition)
-    return BadCase(arguments={**base, field: data.draw(_wrong_type(_properties(definition).get(field, {})))}, field=field)
+    return BadCase(
+        arguments={**base, field: data.draw(_wrong_type(_properties(definition).get(field, {})))},
+        field=field,
+    )
 
 
 def _missing(data: st.DataObject, definition: ToolDefinition) -> BadCase:
@@ -259,8 +288,12 @@ def assert_schema_valid_json(value: Any, definition: ToolDefinition) -> None:
         elif isinstance(item, list):
             stack.extend((child, depth + 1) for child in item)
         else:
-            assert item is None or isinstance(item, bool | int), f"{type(item).__name__} is not JSON"
+            assert item is None or isinstance(item, bool | int), (
+                f"{type(item).__name__} is not JSON"
+            )
     text = json.dumps(value, allow_nan=False, ensure_ascii=False)
     assert json.loads(text, parse_constant=_refuse_constant) == value
-    errors = [e.message for e in Draft202012Validator(definition.spec.parameters).iter_errors(value)]
+    errors = [
+        e.message for e in Draft202012Validator(definition.spec.parameters).iter_errors(value)
+    ]
     assert not errors, f"accepted arguments that do not fit the schema: {errors}"

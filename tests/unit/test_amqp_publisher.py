@@ -1,4 +1,5 @@
-"""agent_client._io.amqp_lane and unsent claims (agent_client._io.send) without a broker: messages, confirms, claims.
+"""agent_client._io.amqp_lane and unsent claims (agent_client._io.send) without a
+broker: messages, confirms, claims.
 
 What RabbitMQ's answers mean for each call of a batch (``basic.ack`` / ``basic.nack``,
 one message or every one up to a tag), the AMQP message read back from the call's
@@ -88,7 +89,9 @@ def test_the_amqp_message_is_the_calls_protocol_2_body_and_headers_with_the_time
     assert call.deadline is not None
     assert message.expires_at == datetime.fromisoformat(headers["expires"]).timestamp()
     left = message.expiration()
-    assert left is not None and 30 + CELERY_EXPIRY_GRACE - 5 < left <= 30 + CELERY_EXPIRY_GRACE + 0.1  # the shared clock
+    assert (
+        left is not None and 30 + CELERY_EXPIRY_GRACE - 5 < left <= 30 + CELERY_EXPIRY_GRACE + 0.1
+    )  # the shared clock
     # Tool arguments travel in the body only.
     assert SECRET not in str(message.headers)
 
@@ -110,7 +113,10 @@ def a_send(*, idempotent: bool, push_only: bool) -> Send:
         name="book_flight", description="d", parameters={"type": "object"}, idempotent=idempotent
     )
     prepared = PreparedCall(
-        spec=spec, request=call, envelope="{}", claim_ttl_ms=1000 if idempotent else None,
+        spec=spec,
+        request=call,
+        envelope="{}",
+        claim_ttl_ms=1000 if idempotent else None,
         sent_ttl_ms=1000,
     )
     state = CallState(

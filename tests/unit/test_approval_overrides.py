@@ -12,7 +12,12 @@ from wire.models import ToolSpec
 
 
 def spec(name: str, *, requires_approval: bool = False) -> ToolSpec:
-    return ToolSpec(name=name, description="d", parameters={"type": "object"}, requires_approval=requires_approval)
+    return ToolSpec(
+        name=name,
+        description="d",
+        parameters={"type": "object"},
+        requires_approval=requires_approval,
+    )
 
 
 @pytest.mark.parametrize(
@@ -22,12 +27,19 @@ def spec(name: str, *, requires_approval: bool = False) -> ToolSpec:
 def test_a_proxy_requires_approval_as_its_tool_does_unless_it_overrides_it(
     own: bool, override: bool | None, expected: bool
 ) -> None:
-    assert RemoteTool(spec("t", requires_approval=own), requires_approval=override).requires_approval is expected
+    assert (
+        RemoteTool(spec("t", requires_approval=own), requires_approval=override).requires_approval
+        is expected
+    )
 
 
 @pytest.mark.parametrize("value", ["yes", 1, 0])
-def test_a_proxy_override_that_is_not_true_false_or_none_is_refused_naming_the_tool(value: Any) -> None:
-    with pytest.raises(TypeError, match="requires_approval for tool 't' must be True, False or None; got"):
+def test_a_proxy_override_that_is_not_true_false_or_none_is_refused_naming_the_tool(
+    value: Any,
+) -> None:
+    with pytest.raises(
+        TypeError, match="requires_approval for tool 't' must be True, False or None; got"
+    ):
         RemoteTool(spec("t"), requires_approval=value)
 
 
@@ -43,7 +55,9 @@ def test_a_mapping_overrides_the_tools_it_names_only() -> None:
 
 
 def test_a_mapping_naming_a_tool_not_in_the_set_is_refused_listing_the_tools() -> None:
-    with pytest.raises(ValueError, match="not in this toolset: 'book_flght'; its tools: a, book_flight"):
+    with pytest.raises(
+        ValueError, match="not in this toolset: 'book_flght'; its tools: a, book_flight"
+    ):
         approval_overrides({"book_flght": True}, ["book_flight", "a"])
 
 

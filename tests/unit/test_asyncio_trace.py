@@ -11,17 +11,34 @@ from executor.pools.trace import AsyncTrace, request_context
 
 
 def a_request(**extra: Any) -> dict[str, Any]:
-    """A request dict as Celery's worker hands it to a pool (headers, properties, the body's args)."""
+    """A request dict as Celery's worker hands it to a pool (headers, properties, the
+    body's args)."""
     return {
-        "lang": "py", "task": "toolexec.run_tool", "id": "c1", "shadow": "search",
-        "eta": None, "expires": "2026-12-01T00:00:00+00:00", "group": None,
-        "group_index": None, "retries": 0, "timelimit": [None, None], "root_id": "c1",
-        "parent_id": None, "argsrepr": "()", "kwargsrepr": "{'tool': 'search'}",
-        "origin": "agent", "ignore_result": True, "properties": {"delivery_tag": "t"},
-        "reply_to": None, "correlation_id": "c1", "hostname": "w@h",
+        "lang": "py",
+        "task": "toolexec.run_tool",
+        "id": "c1",
+        "shadow": "search",
+        "eta": None,
+        "expires": "2026-12-01T00:00:00+00:00",
+        "group": None,
+        "group_index": None,
+        "retries": 0,
+        "timelimit": [None, None],
+        "root_id": "c1",
+        "parent_id": None,
+        "argsrepr": "()",
+        "kwargsrepr": "{'tool': 'search'}",
+        "origin": "agent",
+        "ignore_result": True,
+        "properties": {"delivery_tag": "t"},
+        "reply_to": None,
+        "correlation_id": "c1",
+        "hostname": "w@h",
         "delivery_info": {"exchange": "", "routing_key": "default", "redelivered": False},
-        "args": [], "kwargs": {"call_id": "c1"}, **extra,
-    }  # fmt: skip
+        "args": [],
+        "kwargs": {"call_id": "c1"},
+        **extra,
+    }
 
 
 @pytest.mark.parametrize(
@@ -41,7 +58,9 @@ def test_the_request_context_is_the_one_celerys_constructor_builds(extra: dict[s
     assert ours.headers == celerys.headers
 
 
-def test_the_trace_takes_the_arguments_celerys_request_decoded_and_decodes_only_without_them() -> None:
+def test_the_trace_takes_the_arguments_celerys_request_decoded_and_decodes_only_without_them() -> (
+    None
+):
     trace = AsyncTrace(hostname="w@h", accept={"application/json"}, offload=None)  # type: ignore[arg-type]
     body = b'[[], {"call_id": "from-the-body"}, {"callbacks": null}]'
 

@@ -26,7 +26,9 @@ def near_the_limit() -> Iterator[str]:
 def test_a_hard_limit_within_celerys_margin_of_the_visibility_timeout_is_refused(
     near_the_limit: str,
 ) -> None:
-    with pytest.raises(ConfigurationError, match=r"60s\) must exceed .*59\.5s\) plus Celery's 1s margin"):
+    with pytest.raises(
+        ConfigurationError, match=r"60s\) must exceed .*59\.5s\) plus Celery's 1s margin"
+    ):
         create_app(Settings(visibility_timeout=60))
 
 

@@ -11,9 +11,17 @@ from agent_client.runs import check_key
 from wire.models import MAX_KEY_LENGTH
 
 
-@pytest.mark.parametrize("value", [123, 1.5, b"run", ["a"], {"a": 1}, "", "k" * (MAX_KEY_LENGTH + 1)])
+@pytest.mark.parametrize(
+    "value", [123, 1.5, b"run", ["a"], {"a": 1}, "", "k" * (MAX_KEY_LENGTH + 1)]
+)
 def test_anything_but_a_short_string_is_refused_naming_what_was_checked(value: Any) -> None:
-    with pytest.raises(ValueError, match=rf"^idempotency_key must be a non-empty string of at most {MAX_KEY_LENGTH} characters, got "):
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"^idempotency_key must be a non-empty string of at most "
+            rf"{MAX_KEY_LENGTH} characters, got "
+        ),
+    ):
         check_key(value, what="idempotency_key")
 
 

@@ -1,4 +1,5 @@
-"""The ``toolexec`` command's pure parts: arguments, ``--timeout``, exit codes, the worker's argv."""
+"""The ``toolexec`` command's pure parts: arguments, ``--timeout``, exit codes, the
+worker's argv."""
 
 from __future__ import annotations
 
@@ -122,7 +123,9 @@ def test_each_error_of_a_call_has_its_exit_code(error: RemoteToolError, code: in
     assert exit_code_for(error) == code
 
 
-def test_the_default_worker_is_celerys_prefork_worker_with_task_events_left_to_the_setting() -> None:
+def test_the_default_worker_is_celerys_prefork_worker_with_task_events_left_to_the_setting() -> (
+    None
+):
     argv = worker_argv()
 
     assert argv[:6] == [sys.executable, "-m", "celery", "-A", "executor", "worker"]
@@ -172,7 +175,9 @@ def test_a_worker_environment_whose_settings_do_not_parse_is_refused() -> None:
 
 
 def test_metrics_host_and_log_format_are_settings_variables_in_the_workers_environment() -> None:
-    env = worker_env({}, pool="prefork", metrics_port=9100, metrics_host="0.0.0.0", log_format="json")
+    env = worker_env(
+        {}, pool="prefork", metrics_port=9100, metrics_host="0.0.0.0", log_format="json"
+    )
 
     assert env["TOOLEXEC_METRICS_HOST"] == "0.0.0.0"
     assert env["TOOLEXEC_LOG_FORMAT"] == "json"

@@ -142,7 +142,8 @@ def test_every_queue_a_served_tool_names_has_a_worker_service() -> None:
         definition.spec.queue
         for definition in executor.registered_tools().values()
         if any(
-            definition.func.__module__ == module or definition.func.__module__.startswith(f"{module}.")
+            definition.func.__module__ == module
+            or definition.func.__module__.startswith(f"{module}.")
             for module in settings.tool_modules
         )
     }
@@ -172,7 +173,9 @@ def test_worker_healthchecks_ask_status_for_this_containers_worker() -> None:
         )
 
 
-def test_every_worker_serves_metrics_on_every_interface_of_its_container_and_publishes_no_port() -> None:
+def test_every_worker_serves_metrics_on_every_interface_of_its_container_and_publishes_no_port() -> (  # noqa: E501
+    None
+):
     for name, service in worker_services().items():
         params = toolexec_context(service["command"][1:])[1]
         settings = Settings.from_env(

@@ -34,7 +34,9 @@ def proxy(
     timeout: Timeout = NOT_SET,
     default_timeout: Timeout = NOT_SET,
 ) -> RemoteTool:
-    spec = ToolSpec(name="search", description="Search.", parameters={"type": "object"}, timeout=tool_timeout)
+    spec = ToolSpec(
+        name="search", description="Search.", parameters={"type": "object"}, timeout=tool_timeout
+    )
     client = cast(ToolClient, FakeClient(Settings(default_timeout=settings_timeout)))
     return RemoteTool(spec, timeout=timeout, default_timeout=default_timeout, client=client)
 
@@ -67,13 +69,18 @@ def test_whole_seconds_come_back_as_floats() -> None:
 
 @pytest.mark.parametrize("value", INVALID, ids=repr)
 def test_a_timeout_that_is_not_a_positive_finite_number_is_refused(value: Any) -> None:
-    with pytest.raises(ValueError, match=r"timeout must be a positive number of seconds, None \(no deadline\) or NOT_SET; got"):
+    with pytest.raises(
+        ValueError,
+        match=r"timeout must be a positive number of seconds, None \(no deadline\) or NOT_SET; got",
+    ):
         check_timeout(value)
 
 
 @pytest.mark.parametrize("value", [MAX_TIMEOUT * 1.5, 1e12, 1e300])
 def test_a_timeout_longer_than_the_wire_allows_is_refused_naming_the_bound(value: float) -> None:
-    with pytest.raises(ValueError, match=r"timeout must be at most 31622400 seconds \(366 days\), or None"):
+    with pytest.raises(
+        ValueError, match=r"timeout must be at most 31622400 seconds \(366 days\), or None"
+    ):
         check_timeout(value)
     assert check_timeout(MAX_TIMEOUT) == MAX_TIMEOUT
 
@@ -83,8 +90,12 @@ def test_the_refusal_names_what_was_checked() -> None:
         check_timeout(0, what="default_timeout")
 
 
-@pytest.mark.parametrize(("value", "expected"), [(NOT_SET, NOT_SET), (None, None), (5, 5.0), (0.25, 0.25)])
-def test_valid_timeouts_pass_through_and_numbers_become_floats(value: Timeout, expected: Timeout) -> None:
+@pytest.mark.parametrize(
+    ("value", "expected"), [(NOT_SET, NOT_SET), (None, None), (5, 5.0), (0.25, 0.25)]
+)
+def test_valid_timeouts_pass_through_and_numbers_become_floats(
+    value: Timeout, expected: Timeout
+) -> None:
     assert check_timeout(value) == expected
 
 
@@ -201,7 +212,9 @@ def test_time_left_counts_from_when_the_call_was_made() -> None:
 def test_a_call_whose_deadline_passed_before_it_was_made_times_out_at_once_and_sends_nothing(
     style: str, given: dict[str, Any], deadline: float
 ) -> None:
-    remote = proxy(tool_timeout=7)  # its client has no way to send: a send would raise AttributeError
+    remote = proxy(
+        tool_timeout=7
+    )  # its client has no way to send: a send would raise AttributeError
     long_ago = time.monotonic() - 10.0
 
     with pytest.raises(ToolTimeoutError) as raised:

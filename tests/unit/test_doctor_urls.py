@@ -34,7 +34,10 @@ def test_loopback_tls_or_a_password_is_safe_enough(url: str) -> None:
     [
         ("redis://redis.internal:6379/0", "redis.internal is off the loopback interface"),
         ("redis://toolexec@10.0.0.5:6379/0", "neither TLS nor a password"),
-        ("rediss://:pw@redis.internal:6380/0?ssl_cert_reqs=none", "ssl_cert_reqs=none turns the server certificate check off"),
+        (
+            "rediss://:pw@redis.internal:6380/0?ssl_cert_reqs=none",
+            "ssl_cert_reqs=none turns the server certificate check off",
+        ),
         ("rediss://127.0.0.1:6380/0?ssl_cert_reqs=CERT_OPTIONAL", "ssl_cert_reqs=cert_optional"),
         ("amqp://rabbit.internal:5672//", "RabbitMQ's default guest account"),
         ("amqp://guest:guest@rabbit.internal:5672//", "RabbitMQ's default guest account"),

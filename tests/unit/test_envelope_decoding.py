@@ -1,4 +1,5 @@
-"""executor.seams.transport decodes a queue item as kombu does, faster where kombu's hook cannot apply."""
+"""executor.seams.transport decodes a queue item as kombu does, faster where kombu's
+hook cannot apply."""
 
 from __future__ import annotations
 

@@ -47,7 +47,9 @@ def test_every_wire_and_ops_error_is_a_toolexec_error() -> None:
         assert issubclass(error, ToolexecError), error
 
 
-@pytest.mark.parametrize("module", [agent_errors, worker_errors, wire_errors], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module", [agent_errors, worker_errors, wire_errors], ids=lambda m: m.__name__
+)
 def test_no_error_shadows_a_builtin_name(module: ModuleType) -> None:
     assert not set(module.__all__) & set(dir(builtins))
 
@@ -62,7 +64,9 @@ def test_no_error_shadows_a_builtin_name(module: ModuleType) -> None:
     ],
     ids=["agent_client", "wire", "executor", "toolexec"],
 )
-def test_the_docstring_draws_the_whole_error_tree(module: ModuleType, root: type, homes: list[ModuleType]) -> None:
+def test_the_docstring_draws_the_whole_error_tree(
+    module: ModuleType, root: type, homes: list[ModuleType]
+) -> None:
     tree = module.__doc__.split("```")[1]  # type: ignore[union-attr]
     drawn = re.findall(r"^[│├└─\s]*([A-Z]\w+)", tree, re.MULTILINE)
 
@@ -74,7 +78,12 @@ def test_the_docstring_draws_the_whole_error_tree(module: ModuleType, root: type
 
 @pytest.mark.parametrize(
     ("package", "module"),
-    [(agent_client, agent_errors), (executor, worker_errors), (wire, wire_errors), (toolexec, ops_errors)],
+    [
+        (agent_client, agent_errors),
+        (executor, worker_errors),
+        (wire, wire_errors),
+        (toolexec, ops_errors),
+    ],
 )
 def test_every_error_is_exported_by_its_package(package: ModuleType, module: ModuleType) -> None:
     assert set(module.__all__) <= set(package.__all__)
@@ -85,13 +94,19 @@ def test_tool_not_found_lists_the_available_tools_sorted() -> None:
 
     assert error.tool == "serch"
     assert error.available == ("book_flight", "search")
-    assert str(error) == "tool 'serch' is not available: no live worker serves it. Available tools: book_flight, search"
+    assert str(error) == (
+        "tool 'serch' is not available: no live worker serves it. Available tools: "
+        "book_flight, search"
+    )
 
 
 def test_tool_not_found_says_so_when_nothing_is_available_and_keeps_a_reason() -> None:
     error = ToolNotFound("search", reason="no worker has published it")
 
-    assert str(error) == "tool 'search' is not available: no worker has published it. Available tools: none"
+    assert (
+        str(error)
+        == "tool 'search' is not available: no worker has published it. Available tools: none"
+    )
 
 
 def test_tool_timeout_error_has_the_tool_and_the_timeout() -> None:
@@ -104,7 +119,11 @@ def test_tool_timeout_error_has_the_tool_and_the_timeout() -> None:
 def test_tool_execution_error_keeps_the_remote_type_and_message() -> None:
     error = ToolExecutionError("pay", "PaymentDeclined", "card declined")
 
-    assert (error.tool, error.remote_type, error.remote_message) == ("pay", "PaymentDeclined", "card declined")
+    assert (error.tool, error.remote_type, error.remote_message) == (
+        "pay",
+        "PaymentDeclined",
+        "card declined",
+    )
 
 
 def test_tool_arguments_invalid_joins_its_problems() -> None:

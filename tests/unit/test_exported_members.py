@@ -35,7 +35,9 @@ def public_names(module: types.ModuleType) -> set[str]:
 
 
 @pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
-def test_all_is_exactly_the_public_names_in_the_package_namespace(package: types.ModuleType) -> None:
+def test_all_is_exactly_the_public_names_in_the_package_namespace(
+    package: types.ModuleType,
+) -> None:
     exported = set(package.__all__)
     lazy = {"app"} if package is executor else set()  # built on first access by module __getattr__
 

@@ -65,12 +65,18 @@ def test_the_fuzzed_tools_are_every_tool_the_starter_catalogue_registers() -> No
     registered = {name for name in tasks.__all__ if get_tool(name) is not None}
 
     assert STARTER_TOOLS, "no starter tools registered"
-    assert set(STARTER_TOOLS) == registered == {"book_flight", "get_today_date", "search", "slow_report"}
+    assert (
+        set(STARTER_TOOLS)
+        == registered
+        == {"book_flight", "get_today_date", "search", "slow_report"}
+    )
 
 
 @FUZZ
 @given(data=st.data())
-def test_the_client_sends_strict_json_that_fits_the_schema_or_says_clearly_what_is_wrong(data: st.DataObject) -> None:
+def test_the_client_sends_strict_json_that_fits_the_schema_or_says_clearly_what_is_wrong(
+    data: st.DataObject,
+) -> None:
     tool = data.draw(st.sampled_from(STARTER_TOOLS))
     arguments = data.draw(mixed_arguments(starter(tool)))
     try:
@@ -95,7 +101,9 @@ def test_valid_arguments_are_sent_as_they_are(tool: str, data: st.DataObject) ->
 @pytest.mark.parametrize("category", sorted(CATEGORIES))
 @PER_CASE
 @given(data=st.data())
-def test_each_category_of_bad_argument_is_refused_naming_its_field(category: str, tool: str, data: st.DataObject) -> None:
+def test_each_category_of_bad_argument_is_refused_naming_its_field(
+    category: str, tool: str, data: st.DataObject
+) -> None:
     if category == "missing fields" and not starter(tool).spec.parameters.get("required"):
         # Nothing can be missing: the tool requires no field, and no arguments are valid.
         assert json.loads(validator(tool).check({})) == {}
@@ -125,9 +133,13 @@ def test_arguments_that_are_not_an_object_are_refused_clearly(tool: str, value: 
         ({"query": "fox", "extra": [1, {"__type__": "nope", "__value__": 1}]}, "extra.1"),
     ],
 )
-def test_an_object_kombus_json_would_decode_as_a_python_type_is_refused(arguments: dict[str, Any], where: str) -> None:
+def test_an_object_kombus_json_would_decode_as_a_python_type_is_refused(
+    arguments: dict[str, Any], where: str
+) -> None:
     schema = {"type": "object", "properties": {"query": {"type": "string"}}}  # extra fields allowed
-    with pytest.raises(ToolArgumentsInvalid, match=f"{where}: an object whose only keys are __type__ and __value__"):
+    with pytest.raises(
+        ToolArgumentsInvalid, match=f"{where}: an object whose only keys are __type__ and __value__"
+    ):
         ArgumentValidator("loose", schema, max_bytes=MAX_BYTES).check(arguments)
     # Only exactly those two keys are kombu's marker: a third key makes it plain data.
     plain = {"query": "fox", "extra": {"__type__": "bytes", "__value__": "fox", "note": 1}}
@@ -154,7 +166,9 @@ def _spoiled_texts(valid: str) -> st.SearchStrategy[tuple[str, str]]:
 @pytest.mark.parametrize("tool", STARTER_TOOLS)
 @PER_CASE
 @given(data=st.data())
-def test_an_arguments_text_that_is_not_json_is_refused_saying_where(tool: str, data: st.DataObject) -> None:
+def test_an_arguments_text_that_is_not_json_is_refused_saying_where(
+    tool: str, data: st.DataObject
+) -> None:
     valid = json.dumps(data.draw(valid_arguments(starter(tool))))
     text, problem = data.draw(_spoiled_texts(valid))
 
@@ -188,7 +202,9 @@ def test_an_arguments_text_with_nan_or_infinity_names_the_field(tool: str, const
         (b'{"query": "\xff"}', "UTF-8"),
     ],
 )
-def test_a_models_arguments_string_is_parsed_strictly(text: str | bytes, problem: str | None) -> None:
+def test_a_models_arguments_string_is_parsed_strictly(
+    text: str | bytes, problem: str | None
+) -> None:
     if problem is None:
         parsed = parse_arguments("search", text)
         assert parsed == (json.loads(text) if str(text).strip() else {})

@@ -56,7 +56,11 @@ def stand_in(name: str) -> ToolDefinition:
 
 def run(tool: str, arguments: dict[str, Any]) -> CallOutcome:
     """The outcome of a call, checked to be one any client can read."""
-    outcome = execute(CallRequest(call_id="c", tool=tool, arguments=arguments), worker="w", definition=stand_in(tool))
+    outcome = execute(
+        CallRequest(call_id="c", tool=tool, arguments=arguments),
+        worker="w",
+        definition=stand_in(tool),
+    )
     encoded = encode_outcome(outcome, tool=tool, max_bytes=4_194_304)
     assert CallOutcome.model_validate_json(encoded.encode("utf-8")).call_id == "c"
     return outcome
@@ -74,7 +78,9 @@ def refusal(outcome: CallOutcome) -> str:
 
 @FUZZ
 @given(data=st.data())
-def test_the_worker_refuses_clearly_or_hands_the_tool_values_that_fit_its_schema(data: st.DataObject) -> None:
+def test_the_worker_refuses_clearly_or_hands_the_tool_values_that_fit_its_schema(
+    data: st.DataObject,
+) -> None:
     tool = data.draw(st.sampled_from(STARTER_TOOLS))
     arguments = data.draw(mixed_arguments(starter(tool)))
 
@@ -114,8 +120,12 @@ def test_each_category_of_bad_argument_gets_invalid_arguments_naming_its_field(
 
 
 def test_a_result_that_is_not_valid_unicode_becomes_an_error_the_client_can_read() -> None:
-    definition = dataclasses.replace(starter("search"), func=lambda **_: {"snippet": "half \ud800"}, is_async=False)
-    outcome = execute(CallRequest(call_id="c", tool="search", arguments={"query": "fox"}), definition=definition)
+    definition = dataclasses.replace(
+        starter("search"), func=lambda **_: {"snippet": "half \ud800"}, is_async=False
+    )
+    outcome = execute(
+        CallRequest(call_id="c", tool="search", arguments={"query": "fox"}), definition=definition
+    )
 
     encoded = encode_outcome(outcome, tool="search", max_bytes=4_194_304)
 

@@ -174,8 +174,13 @@ def _keys_in_another_process(shapes: list[dict[str, Any]], hash_seed: str) -> tu
     done = subprocess.run(
         [sys.executable, "-c", _CHILD],
         input=json.dumps({"schema": SCHEMA, "shapes": shapes}, ensure_ascii=False),
-        capture_output=True, text=True, encoding="utf-8", env=env, timeout=60, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=env,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
     return answer["keys"], answer["hash_of_a_str"]

@@ -44,7 +44,9 @@ def imported_packages(path: Path) -> set[str]:
 
 def test_the_checker_sees_both_import_forms(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text("import executor.task\nfrom wire import keys\ndef f():\n    from toolexec import cli\n")
+    sample.write_text(
+        "import executor.task\nfrom wire import keys\ndef f():\n    from toolexec import cli\n"
+    )
 
     assert imported_packages(sample) == {"executor", "wire", "toolexec"}
 
@@ -78,7 +80,10 @@ def test_only_the_workers_celery_seams_and_pools_import_celery_kombu_or_billiard
             offending[name] = sorted(found)
 
     assert offending == {}
-    assert imported_roots(ROOT / "executor" / "seams" / "app.py") & CELERY_LIBRARIES == {"celery", "kombu"}
+    assert imported_roots(ROOT / "executor" / "seams" / "app.py") & CELERY_LIBRARIES == {
+        "celery",
+        "kombu",
+    }
 
 
 #: Worker code and Celery: the agent process never needs them.
@@ -88,12 +93,18 @@ FRAMEWORKS = ("lazybridge", "locus", "agents", "langchain_core", "langgraph", "p
 
 #: agent_client modules left out of the walk, each because it imports its extra by design.
 OPTIONAL_MODULES = {
-    "agent_client.testing": "the LazyBridge extra's scripted agents: it subclasses LazyBridge's provider",
-    "agent_client._io.amqp_lane": "the RabbitMQ lane: kombu's AMQP client, imported only for an amqp:// broker",
+    "agent_client.testing": (
+        "the LazyBridge extra's scripted agents: it subclasses LazyBridge's provider"
+    ),
+    "agent_client._io.amqp_lane": (
+        "the RabbitMQ lane: kombu's AMQP client, imported only for an amqp:// broker"
+    ),
 }
 
 
-def _loaded_after(statement: str, packages: tuple[str, ...] = (*WORKER_SIDE, "lazybridge")) -> list[str]:
+def _loaded_after(
+    statement: str, packages: tuple[str, ...] = (*WORKER_SIDE, "lazybridge")
+) -> list[str]:
     """The modules of ``packages`` a fresh interpreter has loaded after running ``statement``."""
     code = (
         f"import sys\n{statement}\n"
@@ -101,7 +112,12 @@ def _loaded_after(statement: str, packages: tuple[str, ...] = (*WORKER_SIDE, "la
         f"{packages!r})))"
     )
     result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True, cwd=ROOT
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=ROOT,
     )
     return result.stdout.split()
 
@@ -130,7 +146,9 @@ for name in walked:
     importlib.import_module(name)
 print("\\n".join("walked:" + name for name in walked))
 
-from agent_client import BrokerUnavailable, RemoteTool, ToolArgumentsInvalid, ToolClient, remote_tool, remote_tools
+from agent_client import (
+    BrokerUnavailable, RemoteTool, ToolArgumentsInvalid, ToolClient, remote_tool, remote_tools,
+)
 from wire.models import ToolSpec
 from wire.settings import Settings
 
@@ -143,7 +161,9 @@ for build in (lambda: remote_tool("search", client=client), lambda: remote_tools
         pass
 spec = ToolSpec(
     name="search", description="Search.",
-    parameters={{"type": "object", "properties": {{"query": {{"type": "string"}}}}, "required": ["query"]}},
+    parameters={{
+        "type": "object", "properties": {{"query": {{"type": "string"}}}}, "required": ["query"]
+    }},
 )
 search = RemoteTool(spec, client=client, timeout=5)
 search.to_openai_schema(), search.to_anthropic_schema(), search.effective_timeout(framework=3)
@@ -159,7 +179,12 @@ def test_every_core_agent_module_in_use_loads_no_framework_and_no_worker_code() 
     loaded = _loaded_after(_EVERY_CORE_MODULE_IN_USE, (*WORKER_SIDE, *FRAMEWORKS))
 
     walked = {name.removeprefix("walked:") for name in loaded if name.startswith("walked:")}
-    assert {"agent_client.remote", "agent_client.catalog", "agent_client.frameworks", "agent_client._io.send"} <= walked
+    assert {
+        "agent_client.remote",
+        "agent_client.catalog",
+        "agent_client.frameworks",
+        "agent_client._io.send",
+    } <= walked
     assert walked == _core_modules()  # the walk found every module of the package
     assert [name for name in loaded if not name.startswith("walked:")] == []
 
@@ -170,13 +195,23 @@ def _core_modules() -> set[str]:
     for path in (ROOT / "agent_client").rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        if name != "agent_client" and not name.startswith("agent_client.frameworks.") and name not in OPTIONAL_MODULES:
+        if (
+            name != "agent_client"
+            and not name.startswith("agent_client.frameworks.")
+            and name not in OPTIONAL_MODULES
+        ):
             names.add(name)
     return names
 
 
 def test_the_modules_left_out_of_the_walk_load_no_other_framework_and_no_worker_code() -> None:
-    assert _loaded_after("import agent_client._io.amqp_lane", (*FRAMEWORKS, "celery", "executor", "tasks", "toolexec")) == []
+    assert (
+        _loaded_after(
+            "import agent_client._io.amqp_lane",
+            (*FRAMEWORKS, "celery", "executor", "tasks", "toolexec"),
+        )
+        == []
+    )
     assert _loaded_after("import agent_client.testing", (*WORKER_SIDE, *FRAMEWORKS)) == sorted(
         _loaded_after("import lazybridge", (*WORKER_SIDE, *FRAMEWORKS))
     )
@@ -213,10 +248,14 @@ def agent_modules_imported(path: Path, package: str) -> set[str]:
 
 def test_the_checker_resolves_relative_and_package_imports(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text("from . import link\nfrom ..remote import RemoteTool\nfrom agent_client import errors\n")
+    sample.write_text(
+        "from . import link\nfrom ..remote import RemoteTool\nfrom agent_client import errors\n"
+    )
 
     assert agent_modules_imported(sample, MACHINERY) == {
-        "agent_client._io.link", "agent_client.remote", "agent_client.errors"
+        "agent_client._io.link",
+        "agent_client.remote",
+        "agent_client.errors",
     }
 
 

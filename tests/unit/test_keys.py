@@ -19,7 +19,13 @@ NOW = 1_900_000_000.0
 def test_every_key_is_under_the_toolexec_prefix_and_keys_do_not_collide() -> None:
     made = []
     for name in keys.__all__:
-        if name in ("PREFIX", "HELD_MARKER_BEATS", "CALLER_GONE_BEATS", "call_ttl_ms", "running_keys"):
+        if name in (
+            "PREFIX",
+            "HELD_MARKER_BEATS",
+            "CALLER_GONE_BEATS",
+            "call_ttl_ms",
+            "running_keys",
+        ):
             continue
         value = getattr(keys, name)
         if callable(value):
@@ -41,12 +47,16 @@ def test_per_call_keys_embed_their_id() -> None:
     assert keys.restored("7", "celery") == "toolexec:restored:7:celery"
 
 
-def ttl(key: keys.CallKey, deadline: float | None, hard: float | None, settings: Settings = SETTINGS) -> int:
+def ttl(
+    key: keys.CallKey, deadline: float | None, hard: float | None, settings: Settings = SETTINGS
+) -> int:
     return keys.call_ttl_ms(key, deadline=deadline, hard_timeout=hard, settings=settings, now=NOW)
 
 
 @pytest.mark.parametrize("key", ["claim", "sent", "running", "deliveries"])
-def test_a_calls_keys_outlive_the_time_left_the_hard_limit_and_the_margin(key: keys.CallKey) -> None:
+def test_a_calls_keys_outlive_the_time_left_the_hard_limit_and_the_margin(
+    key: keys.CallKey,
+) -> None:
     assert ttl(key, NOW + 10.0, 5.0) == 45_000
     assert ttl(key, NOW + 10.0, None) == 40_000
 
@@ -68,7 +78,9 @@ def test_a_keys_running_state_lives_no_longer_than_a_stored_outcome() -> None:
     assert ttl("claim", NOW + 10.0, 5.0, short) == 45_000
 
 
-def test_a_calls_keys_whose_deadline_already_passed_still_cover_the_hard_limit_and_the_margin() -> None:
+def test_a_calls_keys_whose_deadline_already_passed_still_cover_the_hard_limit_and_the_margin() -> (
+    None
+):
     assert ttl("claim", NOW - 3.0, 2.0) == 32_000
 
 

@@ -90,10 +90,26 @@ def test_stopping_what_never_started_does_nothing() -> None:
 def test_the_worker_command_line_runs_celery_with_the_given_pool_and_queues() -> None:
     worker = WorkerProcess(name="w1", pool="threads", concurrency=4, queues=("a", "b"))
     assert worker.argv() == [
-        sys.executable, "-m", "celery", "-A", "executor", "worker",
-        "-P", "threads", "-c", "4", "-Q", "a,b", "-n", "w1@%h",
-        "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "executor",
+        "worker",
+        "-P",
+        "threads",
+        "-c",
+        "4",
+        "-Q",
+        "a,b",
+        "-n",
+        "w1@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--without-heartbeat",
+        "-l",
+        "WARNING",
+    ]
 
 
 def test_worker_settings_are_the_environment_with_the_given_env_over_it(

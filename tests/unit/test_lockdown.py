@@ -38,7 +38,12 @@ JSON_ONLY = {
 
 def test_the_settings_toolexec_writes_are_json_only() -> None:
     assert json_only_problems(JSON_ONLY) == []
-    assert json_only_problems({**JSON_ONLY, "accept_content": ("application/json",), "result_accept_content": None}) == []
+    assert (
+        json_only_problems(
+            {**JSON_ONLY, "accept_content": ("application/json",), "result_accept_content": None}
+        )
+        == []
+    )
 
 
 @pytest.mark.parametrize(
@@ -54,11 +59,15 @@ def test_the_settings_toolexec_writes_are_json_only() -> None:
         ("event_serializer", "pickle"),
     ],
 )
-def test_any_serializer_but_json_is_a_problem_that_names_the_setting(setting: str, value: Any) -> None:
+def test_any_serializer_but_json_is_a_problem_that_names_the_setting(
+    setting: str, value: Any
+) -> None:
     problems = json_only_problems({**JSON_ONLY, setting: value})
 
     assert problems == [f"{setting}={value!r}"]
-    with pytest.raises(ConfigurationError, match=f"JSON only.*{setting}=.*pickled message runs code"):
+    with pytest.raises(
+        ConfigurationError, match=f"JSON only.*{setting}=.*pickled message runs code"
+    ):
         check_json_only({**JSON_ONLY, setting: value})
 
 
@@ -84,7 +93,12 @@ def test_restricting_leaves_only_toolexecs_two_tasks(app: Celery) -> None:
     before = set(app.tasks)
     removed = restrict_tasks(app)
 
-    assert {"celery.backend_cleanup", "celery.chain", "celery.group", "celery.chord_unlock"} <= before
+    assert {
+        "celery.backend_cleanup",
+        "celery.chain",
+        "celery.group",
+        "celery.chord_unlock",
+    } <= before
     assert set(removed) == before - TOOLEXEC_TASKS
     assert set(app.tasks) == TOOLEXEC_TASKS
 
@@ -106,12 +120,18 @@ def test_a_shared_task_that_a_tool_modules_imports_brought_in_is_not_served(
 
 
 def test_a_rediss_broker_without_ssl_parameters_checks_the_certificate() -> None:
-    assert broker_ssl_options("rediss://redis.example:6380/0") == {"ssl_cert_reqs": ssl.CERT_REQUIRED}
-    assert broker_ssl_options("rediss://h:6380/0?ssl_cert_reqs=required&ssl_ca_certs=/ca.pem") is None
+    assert broker_ssl_options("rediss://redis.example:6380/0") == {
+        "ssl_cert_reqs": ssl.CERT_REQUIRED
+    }
+    assert (
+        broker_ssl_options("rediss://h:6380/0?ssl_cert_reqs=required&ssl_ca_certs=/ca.pem") is None
+    )
     assert broker_ssl_options("redis://h:6379/0") is None
 
 
-def test_an_unreachable_redis_does_not_stop_the_worker_it_waits(caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unreachable_redis_does_not_stop_the_worker_it_waits(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     url = f"redis://user:s3cret@127.0.0.1:{free_port()}/0"
     caplog.set_level(logging.WARNING, logger="executor.seams.lockdown")
 
@@ -124,26 +144,53 @@ def test_an_unreachable_redis_does_not_stop_the_worker_it_waits(caplog: pytest.L
 @pytest.mark.parametrize(
     ("exc", "cause", "fatal"),
     [
-        (redis.AuthenticationError("invalid username-password pair or user is disabled."), "authentication failed", True),
-        (redis.ResponseError("WRONGPASS invalid username-password pair"), "authentication failed", True),
-        (redis.exceptions.NoPermissionError("NOPERM this user has no permissions"), "not allowed", True),
         (
-            redis.ConnectionError("Error 1 connecting. [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"),
+            redis.AuthenticationError("invalid username-password pair or user is disabled."),
+            "authentication failed",
+            True,
+        ),
+        (
+            redis.ResponseError("WRONGPASS invalid username-password pair"),
+            "authentication failed",
+            True,
+        ),
+        (
+            redis.exceptions.NoPermissionError("NOPERM this user has no permissions"),
+            "not allowed",
+            True,
+        ),
+        (
+            redis.ConnectionError(
+                "Error 1 connecting. [SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed"
+            ),
             "TLS certificate verify failed",
             True,
         ),
         (
-            redis.ConnectionError("Error 8 while writing to socket. EOF occurred in violation of protocol (_ssl.c:2427)."),
+            redis.ConnectionError(
+                "Error 8 while writing to socket. EOF occurred in violation of protocol "
+                "(_ssl.c:2427)."
+            ),
             "the server closed the TLS connection as it opened",
             True,
         ),
         (
-            redis.ConnectionError("Error 1 connecting. [SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1000)"),
+            redis.ConnectionError(
+                "Error 1 connecting. [SSL: WRONG_VERSION_NUMBER] wrong version number (_ssl.c:1000)"
+            ),
             "the server does not speak TLS on this port",
             True,
         ),
-        (redis.ConnectionError("Error 1 connecting. [SSL] unexpected message"), "TLS handshake failed", False),
-        (redis.ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused."), "Connection refused", False),
+        (
+            redis.ConnectionError("Error 1 connecting. [SSL] unexpected message"),
+            "TLS handshake failed",
+            False,
+        ),
+        (
+            redis.ConnectionError("Error 111 connecting to 127.0.0.1:1. Connection refused."),
+            "Connection refused",
+            False,
+        ),
     ],
 )
 def test_redis_errors_lead_with_their_cause(exc: Exception, cause: str, fatal: bool) -> None:
@@ -155,13 +202,17 @@ def test_redis_errors_lead_with_their_cause(exc: Exception, cause: str, fatal: b
 def test_a_certificate_alert_in_the_exceptions_chain_names_the_refused_client_certificate() -> None:
     try:
         try:
-            raise ssl.SSLError(1, "[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate required")
+            raise ssl.SSLError(
+                1, "[SSL: TLSV13_ALERT_CERTIFICATE_REQUIRED] tlsv13 alert certificate required"
+            )
         except ssl.SSLError as alert:
             raise redis.ConnectionError("Error while reading from socket: closed") from alert
     except redis.ConnectionError as exc:
         refused = exc
 
-    assert explain(refused).startswith("the server refused this client's TLS certificate (its alert: certificate required)")
+    assert explain(refused).startswith(
+        "the server refused this client's TLS certificate (its alert: certificate required)"
+    )
     assert "ssl_certfile and ssl_keyfile" in explain(refused)
     assert is_misconfiguration(refused)
 
@@ -183,13 +234,17 @@ def test_a_tls_probe_is_made_only_for_a_dropped_rediss_connection() -> None:
 
         assert not probed("redis", "Connection reset by peer")
         assert not probed("rediss", "Timeout reading from socket")
-        assert probed("rediss", "Error while reading from 127.0.0.1:6380 : (104, 'Connection reset by peer')")
+        assert probed(
+            "rediss", "Error while reading from 127.0.0.1:6380 : (104, 'Connection reset by peer')"
+        )
 
 
 SECRET = "4111-1111-1111-1111"
 
 
-def _record(logger_name: str, msg: str, args: Any, *, exc: BaseException | None = None) -> logging.LogRecord:
+def _record(
+    logger_name: str, msg: str, args: Any, *, exc: BaseException | None = None
+) -> logging.LogRecord:
     exc_info = (type(exc), exc, None) if exc is not None else None
     record = logging.LogRecord(logger_name, logging.ERROR, __file__, 1, msg, None, exc_info)
     record.args = args
@@ -210,7 +265,12 @@ def test_celerys_record_of_a_failed_toolexec_task_keeps_the_type_not_the_message
     record = _record(
         trace.logger.name,
         trace.LOG_FAILURE.strip(),
-        {"name": "toolexec.run_tool", "id": "c1", "description": "raised unexpected", "exc": repr(error)},
+        {
+            "name": "toolexec.run_tool",
+            "id": "c1",
+            "description": "raised unexpected",
+            "exc": repr(error),
+        },
         exc=error,
     )
     text = _apply(record)
@@ -224,10 +284,16 @@ def test_the_same_context_attached_as_record_data_is_withheld_too() -> None:
 
     error = ValueError(f"card {SECRET} declined")
     context = {
-        "hostname": "w1", "id": "c3", "name": "toolexec.run_tool", "exc": repr(error),
-        "traceback": f"Traceback ...\nValueError: card {SECRET} declined", "args": "[]",
-        "kwargs": f"{{'arguments': {{'card': '{SECRET}'}}}}", "description": "raised unexpected", "internal": False,
-    }  # fmt: skip
+        "hostname": "w1",
+        "id": "c3",
+        "name": "toolexec.run_tool",
+        "exc": repr(error),
+        "traceback": f"Traceback ...\nValueError: card {SECRET} declined",
+        "args": "[]",
+        "kwargs": f"{{'arguments': {{'card': '{SECRET}'}}}}",
+        "description": "raised unexpected",
+        "internal": False,
+    }
     record = _record(trace.logger.name, trace.LOG_FAILURE.strip(), context, exc=error)
     record.data = context  # what celery.app.trace passes as extra={"data": context}
     _apply(record)
@@ -243,7 +309,12 @@ def test_a_failure_of_another_task_is_left_as_celery_logs_it() -> None:
     record = _record(
         trace.logger.name,
         trace.LOG_FAILURE.strip(),
-        {"name": "mine.task", "id": "c2", "description": "raised unexpected", "exc": "ValueError('x')"},
+        {
+            "name": "mine.task",
+            "id": "c2",
+            "description": "raised unexpected",
+            "exc": "ValueError('x')",
+        },
     )
 
     assert "ValueError('x')" in _apply(record)
@@ -251,8 +322,12 @@ def test_a_failure_of_another_task_is_left_as_celery_logs_it() -> None:
 
 def test_the_main_processs_report_of_a_pool_failure_withholds_all_but_billiards_words() -> None:
     lost = WorkerLostError("Worker exited prematurely: signal 9 (SIGKILL).")
-    leaked = _apply(_record("celery.worker.request", "Task handler raised error: %r", (SystemExit(SECRET),)))
-    kept = _apply(_record("celery.worker.request", "Task handler raised error: %r", (lost,), exc=lost))
+    leaked = _apply(
+        _record("celery.worker.request", "Task handler raised error: %r", (SystemExit(SECRET),))
+    )
+    kept = _apply(
+        _record("celery.worker.request", "Task handler raised error: %r", (lost,), exc=lost)
+    )
 
     assert SECRET not in leaked and "SystemExit(<withheld>)" in leaked
     assert "signal 9 (SIGKILL)" in kept

@@ -10,26 +10,47 @@ from executor.context import CallContext, _calling
 from executor.tracing import JsonFormatter, call_log_fields
 
 
-def _record(msg: str, *args: object, extra: dict[str, object] | None = None, exc: bool = False) -> logging.LogRecord:
-    record = logging.LogRecord("executor.runner", logging.INFO, __file__, 1, msg, args, sys.exc_info() if exc else None)
+def _record(
+    msg: str, *args: object, extra: dict[str, object] | None = None, exc: bool = False
+) -> logging.LogRecord:
+    record = logging.LogRecord(
+        "executor.runner", logging.INFO, __file__, 1, msg, args, sys.exc_info() if exc else None
+    )
     for name, value in (extra or {}).items():
         setattr(record, name, value)
     return record
 
 
 def test_a_record_about_a_call_carries_its_call_id_run_id_and_tool() -> None:
-    record = _record("call %s of %s raised %s", "c-1", "search", "ValueError", extra=call_log_fields("c-1", "run-7", "search"))
+    record = _record(
+        "call %s of %s raised %s",
+        "c-1",
+        "search",
+        "ValueError",
+        extra=call_log_fields("c-1", "run-7", "search"),
+    )
 
     entry = json.loads(JsonFormatter().format(record))
 
     assert entry["message"] == "call c-1 of search raised ValueError"
     assert (entry["call_id"], entry["run_id"], entry["tool"]) == ("c-1", "run-7", "search")
     assert (entry["level"], entry["logger"]) == ("INFO", "executor.runner")
-    assert set(entry) == {"time", "level", "logger", "process", "message", "call_id", "run_id", "tool"}
+    assert set(entry) == {
+        "time",
+        "level",
+        "logger",
+        "process",
+        "message",
+        "call_id",
+        "run_id",
+        "tool",
+    }
 
 
 def test_a_record_a_tool_logs_while_it_runs_takes_the_ids_of_its_call() -> None:
-    context = CallContext(call_id="c-2", run_id=None, tool="book_flight", idempotency_key="k", deadline=None)
+    context = CallContext(
+        call_id="c-2", run_id=None, tool="book_flight", idempotency_key="k", deadline=None
+    )
     with _calling(context):
         entry = json.loads(JsonFormatter().format(_record("booking")))
 

@@ -23,7 +23,11 @@ def a_tool() -> RemoteTool:
 def test_the_openai_schema_is_a_function_tool_with_the_catalogs_parameters() -> None:
     assert a_tool().to_openai_schema() == {
         "type": "function",
-        "function": {"name": "search", "description": "Search the corpus.", "parameters": PARAMETERS},
+        "function": {
+            "name": "search",
+            "description": "Search the corpus.",
+            "parameters": PARAMETERS,
+        },
     }
 
 

@@ -43,8 +43,12 @@ def test_a_call_logs_nothing_of_its_arguments_result_or_error_message_at_info(
     assert not any(SECRET in line for line in info)  # ...the log does not
 
 
-def test_invalid_arguments_are_not_logged_at_info(leaky_tools: None, caplog: pytest.LogCaptureFixture) -> None:
+def test_invalid_arguments_are_not_logged_at_info(
+    leaky_tools: None, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO)
-    execute(CallRequest(call_id="c2", tool="log_probe_ok", arguments={"card": SECRET, "extra": SECRET}))
+    execute(
+        CallRequest(call_id="c2", tool="log_probe_ok", arguments={"card": SECRET, "extra": SECRET})
+    )
 
     assert not any(SECRET in r.getMessage() for r in caplog.records if r.levelno >= logging.INFO)

@@ -51,10 +51,15 @@ def test_a_long_message_is_cut_and_a_non_finite_number_is_refused() -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b"", b"[]", b'{"done": 1}', b'{"seq": "1", "done": 1, "total": null, "message": null}',
-     b'{"seq": 1, "done": true, "total": null, "message": null}',
-     b'{"seq": 1, "done": 1, "total": null, "message": 5}'],
-)  # fmt: skip
+    [
+        b"",
+        b"[]",
+        b'{"done": 1}',
+        b'{"seq": "1", "done": 1, "total": null, "message": null}',
+        b'{"seq": 1, "done": true, "total": null, "message": null}',
+        b'{"seq": 1, "done": 1, "total": null, "message": 5}',
+    ],
+)
 def test_a_body_that_is_not_a_progress_report_is_refused(body: bytes) -> None:
     with pytest.raises(ValueError, match="not a progress report"):
         parse_progress(body)
@@ -62,10 +67,17 @@ def test_a_body_that_is_not_a_progress_report_is_refused(body: bytes) -> None:
 
 @pytest.mark.parametrize(
     ("done", "total", "message", "error"),
-    [("1", None, None, TypeError), (True, None, None, TypeError), (1, "2", None, TypeError),
-     (1, None, 3, TypeError), (-1, None, None, ValueError), (math.inf, None, None, ValueError),
-     (1, 0, None, ValueError), (1, math.nan, None, ValueError)],
-)  # fmt: skip
+    [
+        ("1", None, None, TypeError),
+        (True, None, None, TypeError),
+        (1, "2", None, TypeError),
+        (1, None, 3, TypeError),
+        (-1, None, None, ValueError),
+        (math.inf, None, None, ValueError),
+        (1, 0, None, ValueError),
+        (1, math.nan, None, ValueError),
+    ],
+)
 def test_report_progress_checks_its_arguments_even_outside_a_worker(
     done: object, total: object, message: object, error: type[Exception]
 ) -> None:

@@ -40,8 +40,12 @@ def a_call(deadline: float | None = 1_900_000_000.25) -> CallRequest:
     )
 
 
-def envelope_of(call: CallRequest, *, queue: str = "flights", hard_limit: float | None = 11.0) -> dict[str, Any]:
-    headers = task_headers(call, task_name=TASK_AT_MOST_ONCE, hard_limit=hard_limit, origin="client@host")
+def envelope_of(
+    call: CallRequest, *, queue: str = "flights", hard_limit: float | None = 11.0
+) -> dict[str, Any]:
+    headers = task_headers(
+        call, task_name=TASK_AT_MOST_ONCE, hard_limit=hard_limit, origin="client@host"
+    )
     return json.loads(redis_envelope(call, queue=queue, headers=headers))  # type: ignore[no-any-return]
 
 
@@ -71,7 +75,11 @@ def test_the_envelope_carries_kombus_properties() -> None:
     assert properties["correlation_id"] == "3f2a9c"
     assert properties["reply_to"] == "client-7"
     assert properties["delivery_info"] == {"exchange": "", "routing_key": "flights"}
-    assert (properties["body_encoding"], properties["delivery_mode"], properties["priority"]) == ("base64", 2, 0)
+    assert (properties["body_encoding"], properties["delivery_mode"], properties["priority"]) == (
+        "base64",
+        2,
+        0,
+    )
 
 
 def test_the_delivery_tag_is_the_call_id_so_a_resent_message_replaces_its_lost_copy() -> None:
@@ -95,7 +103,11 @@ def test_kombu_decodes_the_envelope_into_the_task_message() -> None:
         finally:
             channel.close()
 
-    assert decoded == [[], call.model_dump(mode="json"), {"callbacks": None, "errbacks": None, "chain": None, "chord": None}]
+    assert decoded == [
+        [],
+        call.model_dump(mode="json"),
+        {"callbacks": None, "errbacks": None, "chain": None, "chord": None},
+    ]
     assert message.headers["task"] == TASK_AT_MOST_ONCE
     assert message.headers["id"] == call.call_id
     assert message.delivery_info["routing_key"] == "flights"
@@ -104,12 +116,23 @@ def test_kombu_decodes_the_envelope_into_the_task_message() -> None:
 
 def test_the_headers_use_only_keys_celery_itself_writes() -> None:
     app = Celery("header-reference", set_as_current=False)
-    reference = app.amqp.as_task_v2("id", TASK_AT_MOST_ONCE, args=(), kwargs={}, expires=5, time_limit=3)
+    reference = app.amqp.as_task_v2(
+        "id", TASK_AT_MOST_ONCE, args=(), kwargs={}, expires=5, time_limit=3
+    )
 
     ours = task_headers(a_call(), task_name=TASK_AT_MOST_ONCE, hard_limit=3.0)
 
     assert set(ours) <= set(reference.headers)
-    assert {"lang", "task", "id", "root_id", "expires", "timelimit", "argsrepr", "kwargsrepr"} <= set(ours)
+    assert {
+        "lang",
+        "task",
+        "id",
+        "root_id",
+        "expires",
+        "timelimit",
+        "argsrepr",
+        "kwargsrepr",
+    } <= set(ours)
 
 
 # -- headers ---------------------------------------------------------------------------
@@ -119,15 +142,27 @@ def test_headers_name_the_task_and_the_call() -> None:
     headers = task_headers(a_call(), task_name=TASK_AT_LEAST_ONCE, origin="client@host")
 
     assert (headers["lang"], headers["task"], headers["id"], headers["root_id"]) == (
-        "py", TASK_AT_LEAST_ONCE, "3f2a9c", "3f2a9c",
+        "py",
+        TASK_AT_LEAST_ONCE,
+        "3f2a9c",
+        "3f2a9c",
     )
-    assert (headers["parent_id"], headers["eta"], headers["retries"], headers["origin"]) == (None, None, 0, "client@host")
+    assert (headers["parent_id"], headers["eta"], headers["retries"], headers["origin"]) == (
+        None,
+        None,
+        0,
+        "client@host",
+    )
 
 
-def test_expires_is_the_deadline_plus_the_grace_for_worker_clocks_as_an_aware_iso_timestamp() -> None:
+def test_expires_is_the_deadline_plus_the_grace_for_worker_clocks_as_an_aware_iso_timestamp() -> (
+    None
+):
     deadline = time.time() + 12.5
 
-    expires = datetime.fromisoformat(task_headers(a_call(deadline), task_name=TASK_AT_MOST_ONCE)["expires"])
+    expires = datetime.fromisoformat(
+        task_headers(a_call(deadline), task_name=TASK_AT_MOST_ONCE)["expires"]
+    )
 
     assert expires.tzinfo is not None and expires.utcoffset() == UTC.utcoffset(None)
     assert expires.timestamp() == pytest.approx(deadline + CELERY_EXPIRY_GRACE, abs=1e-6)
@@ -138,9 +173,13 @@ def test_a_call_without_a_deadline_never_expires() -> None:
 
 
 @pytest.mark.parametrize("hard_limit", [11.0, None])
-def test_the_hard_limit_goes_first_in_timelimit_as_celery_orders_it(hard_limit: float | None) -> None:
+def test_the_hard_limit_goes_first_in_timelimit_as_celery_orders_it(
+    hard_limit: float | None,
+) -> None:
     # Celery's own messages carry [time_limit, soft_time_limit].
-    assert task_headers(a_call(), task_name=TASK_AT_MOST_ONCE, hard_limit=hard_limit)["timelimit"] == [hard_limit, None]
+    assert task_headers(a_call(), task_name=TASK_AT_MOST_ONCE, hard_limit=hard_limit)[
+        "timelimit"
+    ] == [hard_limit, None]
 
 
 def test_no_argument_value_leaks_into_headers_or_properties() -> None:
@@ -160,7 +199,8 @@ def test_the_task_result_is_ignored_because_the_outcome_travels_on_its_own() -> 
 
 
 @pytest.mark.parametrize(
-    ("delivery", "task"), [("at_most_once", TASK_AT_MOST_ONCE), ("at_least_once", TASK_AT_LEAST_ONCE)]
+    ("delivery", "task"),
+    [("at_most_once", TASK_AT_MOST_ONCE), ("at_least_once", TASK_AT_LEAST_ONCE)],
 )
 def test_each_delivery_mode_has_its_own_task(delivery: Any, task: str) -> None:
     assert task_name_for(delivery) == task
@@ -168,12 +208,17 @@ def test_each_delivery_mode_has_its_own_task(delivery: Any, task: str) -> None:
 
 def test_success_and_failure_outcomes_round_trip_through_json() -> None:
     success = CallOutcome.success("c", {"n": [1, 2]}, worker="w")
-    failure = CallOutcome.failure("c", ErrorKind.HARD_TIMEOUT, "ToolHardTimeout", "stopped", worker="w")
+    failure = CallOutcome.failure(
+        "c", ErrorKind.HARD_TIMEOUT, "ToolHardTimeout", "stopped", worker="w"
+    )
 
     assert CallOutcome.model_validate_json(success.model_dump_json()) == success
     assert CallOutcome.model_validate_json(failure.model_dump_json()) == failure
     assert json.loads(failure.model_dump_json())["error"] == {
-        "kind": "hard_timeout", "type": "ToolHardTimeout", "message": "stopped", "attempts": 1,
+        "kind": "hard_timeout",
+        "type": "ToolHardTimeout",
+        "message": "stopped",
+        "attempts": 1,
     }
 
 
@@ -188,13 +233,24 @@ def test_an_outcome_can_be_readdressed_to_a_joining_call() -> None:
 
 def test_error_kinds_are_plain_strings_on_the_wire() -> None:
     assert {kind.value for kind in ErrorKind} == {
-        "execution", "invalid_arguments", "not_found", "expired", "hard_timeout", "worker_lost", "cancelled",
+        "execution",
+        "invalid_arguments",
+        "not_found",
+        "expired",
+        "hard_timeout",
+        "worker_lost",
+        "cancelled",
     }
-    assert ErrorInfo.model_validate({"kind": "worker_lost", "type": "WorkerLost", "message": "m"}).kind is ErrorKind.WORKER_LOST
+    assert (
+        ErrorInfo.model_validate({"kind": "worker_lost", "type": "WorkerLost", "message": "m"}).kind
+        is ErrorKind.WORKER_LOST
+    )
 
 
 def test_wire_models_ignore_fields_from_a_newer_peer_and_are_frozen() -> None:
-    spec = ToolSpec.model_validate({"name": "t", "description": "d", "parameters": {}, "added_later": True})
+    spec = ToolSpec.model_validate(
+        {"name": "t", "description": "d", "parameters": {}, "added_later": True}
+    )
 
     assert spec.delivery == "at_most_once" and spec.queue == "default"
     with pytest.raises(pydantic.ValidationError, match="frozen"):
@@ -202,7 +258,16 @@ def test_wire_models_ignore_fields_from_a_newer_peer_and_are_frozen() -> None:
 
 
 def test_a_spec_round_trips_through_the_catalogs_json() -> None:
-    spec = ToolSpec(name="t", description="d", parameters={"type": "object"}, idempotent=True, timeout=2.5,
-                    hard_timeout=1.0, delivery="at_least_once", cache_errors=True, queue="slow")
+    spec = ToolSpec(
+        name="t",
+        description="d",
+        parameters={"type": "object"},
+        idempotent=True,
+        timeout=2.5,
+        hard_timeout=1.0,
+        delivery="at_least_once",
+        cache_errors=True,
+        queue="slow",
+    )
 
     assert ToolSpec.model_validate_json(spec.model_dump_json()) == spec

@@ -49,7 +49,9 @@ def test_a_request_without_a_copy_number_is_never_stale(copy: object) -> None:
     assert not put_back.is_stale(copy)
 
 
-def test_only_the_newest_deliveries_put_back_are_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_only_the_newest_deliveries_put_back_are_remembered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(put_back, "MAX_REMEMBERED", 3)
     copies = [put_back.receive(f"tag-{i}") for i in range(5)]
     for i in range(5):

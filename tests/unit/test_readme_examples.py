@@ -15,7 +15,9 @@ def test_the_readme_quotes_my_tools_from_its_imports_to_its_last_line() -> None:
     assert quoted in readme
 
 
-def test_the_charge_card_example_returns_an_id_per_execution_so_equal_results_mean_one_charge() -> None:
+def test_the_charge_card_example_returns_an_id_per_execution_so_equal_results_mean_one_charge() -> (
+    None
+):
     source = (ROOT / "examples" / "my_tools.py").read_text()
     charge = source[source.index("async def charge_card") :]
 

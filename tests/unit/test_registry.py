@@ -55,7 +55,9 @@ def test_bare_tool_registers_the_function_under_its_own_name_and_returns_it_unch
         unregister("registry_test_bare_multiply")
 
 
-def test_parameterised_tool_registers_under_the_given_name_and_returns_the_function(fresh_name: Callable[[], str]) -> None:
+def test_parameterised_tool_registers_under_the_given_name_and_returns_the_function(
+    fresh_name: Callable[[], str],
+) -> None:
     name = fresh_name()
 
     decorated = tool(name=name)(add)
@@ -72,26 +74,43 @@ def test_the_spec_carries_every_option(fresh_name: Callable[[], str]) -> None:
     name = fresh_name()
 
     tool(
-        name=name, description="Sum.", idempotent=True, timeout=5, queue="math.slow",
-        hard_timeout=2.5, delivery="at_most_once", cache_errors=True,
+        name=name,
+        description="Sum.",
+        idempotent=True,
+        timeout=5,
+        queue="math.slow",
+        hard_timeout=2.5,
+        delivery="at_most_once",
+        cache_errors=True,
     )(add)
 
     spec = get_tool(name).spec  # type: ignore[union-attr]
     assert spec.description == "Sum."
-    assert (spec.idempotent, spec.queue, spec.delivery, spec.cache_errors) == (True, "math.slow", "at_most_once", True)
+    assert (spec.idempotent, spec.queue, spec.delivery, spec.cache_errors) == (
+        True,
+        "math.slow",
+        "at_most_once",
+        True,
+    )
     assert spec.timeout == 5.0 and isinstance(spec.timeout, float)
     assert spec.hard_timeout == 2.5
     assert spec.parameters["required"] == ["a"]
 
 
-def test_defaults_are_the_default_queue_no_timeouts_and_not_idempotent(fresh_name: Callable[[], str]) -> None:
+def test_defaults_are_the_default_queue_no_timeouts_and_not_idempotent(
+    fresh_name: Callable[[], str],
+) -> None:
     name = fresh_name()
     tool(name=name)(add)
 
     spec = get_tool(name).spec  # type: ignore[union-attr]
 
     assert (spec.queue, spec.timeout, spec.hard_timeout, spec.idempotent, spec.cache_errors) == (
-        "default", None, None, False, False,
+        "default",
+        None,
+        None,
+        False,
+        False,
     )
 
 
@@ -125,7 +144,9 @@ def test_async_tools_are_marked_async(fresh_name: Callable[[], str]) -> None:
     assert get_tool(name).is_async is True  # type: ignore[union-attr]
 
 
-def test_a_second_function_under_a_taken_name_is_rejected_naming_the_first(fresh_name: Callable[[], str]) -> None:
+def test_a_second_function_under_a_taken_name_is_rejected_naming_the_first(
+    fresh_name: Callable[[], str],
+) -> None:
     name = fresh_name()
     tool(name=name)(add)
 
@@ -156,7 +177,9 @@ def test_a_taken_name_is_rejected_even_for_a_bare_tool() -> None:
         unregister("registry_test_taken")
 
 
-def test_registering_the_same_function_again_is_allowed_like_a_reimport(fresh_name: Callable[[], str]) -> None:
+def test_registering_the_same_function_again_is_allowed_like_a_reimport(
+    fresh_name: Callable[[], str],
+) -> None:
     name = fresh_name()
     tool(name=name)(add)
 
@@ -170,7 +193,16 @@ def test_an_unknown_option_is_rejected_listing_the_known_options() -> None:
 
     message = str(info.value)
     assert "unknown @tool option(s) 'timout'" in message
-    for option in ("name", "description", "idempotent", "timeout", "queue", "hard_timeout", "delivery", "cache_errors"):
+    for option in (
+        "name",
+        "description",
+        "idempotent",
+        "timeout",
+        "queue",
+        "hard_timeout",
+        "delivery",
+        "cache_errors",
+    ):
         assert option in message.split("known options:")[1]
 
 
@@ -181,7 +213,10 @@ def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_rejected(
 ) -> None:
     name = fresh_name()
 
-    with pytest.raises(ToolDefinitionError, match=rf"tool '{name}': {option} must be a positive number of seconds or None"):
+    with pytest.raises(
+        ToolDefinitionError,
+        match=rf"tool '{name}': {option} must be a positive number of seconds or None",
+    ):
         tool(name=name, **{option: value})(add)
     assert get_tool(name) is None
 
@@ -193,7 +228,9 @@ def test_a_timeout_longer_than_the_wire_allows_is_rejected_naming_the_bound(
 ) -> None:
     name = fresh_name()
 
-    with pytest.raises(ToolDefinitionError, match=rf"tool '{name}': {option} must be at most 31622400 seconds"):
+    with pytest.raises(
+        ToolDefinitionError, match=rf"tool '{name}': {option} must be at most 31622400 seconds"
+    ):
         tool(name=name, **{option: value})(add)
     assert get_tool(name) is None
     tool(name=name, **{option: MAX_TIMEOUT})(add)  # the bound itself is allowed
@@ -206,8 +243,13 @@ def test_a_timeout_of_none_is_accepted(fresh_name: Callable[[], str]) -> None:
     assert get_tool(name).spec.timeout is None  # type: ignore[union-attr]
 
 
-def test_an_unknown_delivery_mode_is_rejected_naming_the_two_modes(fresh_name: Callable[[], str]) -> None:
-    with pytest.raises(ToolDefinitionError, match="delivery must be 'at_most_once' or 'at_least_once', got 'exactly_once'"):
+def test_an_unknown_delivery_mode_is_rejected_naming_the_two_modes(
+    fresh_name: Callable[[], str],
+) -> None:
+    with pytest.raises(
+        ToolDefinitionError,
+        match="delivery must be 'at_most_once' or 'at_least_once', got 'exactly_once'",
+    ):
         tool(name=fresh_name(), delivery="exactly_once")(add)
 
 
@@ -219,7 +261,10 @@ def test_an_invalid_queue_name_is_rejected(fresh_name: Callable[[], str], queue:
 
 @pytest.mark.parametrize("name", ["", "1st", "has space", "dotted.name", "x" * 65, 7])
 def test_an_invalid_tool_name_is_rejected_saying_what_is_allowed(name: Any) -> None:
-    with pytest.raises(ToolDefinitionError, match="invalid tool name .*use 1-64 letters, digits, '_' or '-', starting with a letter"):
+    with pytest.raises(
+        ToolDefinitionError,
+        match="invalid tool name .*use 1-64 letters, digits, '_' or '-', starting with a letter",
+    ):
         tool(name=name)(add)
 
 
@@ -236,7 +281,9 @@ def test_cache_errors_without_idempotent_is_rejected(fresh_name: Callable[[], st
         tool(name=fresh_name(), cache_errors=True)(add)
 
 
-def test_a_bad_signature_fails_registration_and_registers_nothing(fresh_name: Callable[[], str]) -> None:
+def test_a_bad_signature_fails_registration_and_registers_nothing(
+    fresh_name: Callable[[], str],
+) -> None:
     def spread(*values: int) -> int:
         """Add numbers."""
         return sum(values)
@@ -263,7 +310,9 @@ def test_registered_tools_is_a_copy_of_the_registry(fresh_name: Callable[[], str
     assert name in registered_tools()
 
 
-def test_unregister_removes_a_tool_and_ignores_an_unknown_name(fresh_name: Callable[[], str]) -> None:
+def test_unregister_removes_a_tool_and_ignores_an_unknown_name(
+    fresh_name: Callable[[], str],
+) -> None:
     name = fresh_name()
     tool(name=name)(add)
 
@@ -281,7 +330,9 @@ def test_registration_errors_belong_to_the_worker_error_tree() -> None:
     assert issubclass(ToolDefinitionError, ToolexecError)
 
 
-def test_requires_approval_travels_in_the_spec_and_defaults_to_false(fresh_name: Callable[[], str]) -> None:
+def test_requires_approval_travels_in_the_spec_and_defaults_to_false(
+    fresh_name: Callable[[], str],
+) -> None:
     gated, plain = fresh_name(), fresh_name()
     tool(name=gated, requires_approval=True)(add)
     tool(name=plain)(add)
@@ -296,13 +347,19 @@ def test_requires_approval_that_is_not_true_or_false_is_rejected_naming_the_tool
 ) -> None:
     name = fresh_name()
 
-    with pytest.raises(ToolDefinitionError, match=f"tool '{name}': requires_approval must be True or False, got"):
+    with pytest.raises(
+        ToolDefinitionError, match=f"tool '{name}': requires_approval must be True or False, got"
+    ):
         tool(name=name, requires_approval=value)(add)
 
     assert get_tool(name) is None
 
 
-def test_a_spec_published_before_requires_approval_existed_still_parses_as_not_requiring_it() -> None:
-    older = ToolSpec.model_validate_json('{"name": "x", "description": "d", "parameters": {"type": "object"}}')
+def test_a_spec_published_before_requires_approval_existed_still_parses_as_not_requiring_it() -> (
+    None
+):
+    older = ToolSpec.model_validate_json(
+        '{"name": "x", "description": "d", "parameters": {"type": "object"}}'
+    )
 
     assert older.requires_approval is False

@@ -16,16 +16,26 @@ _DESCRIPTION = "Book one seat on a flight for one passenger, and return the book
 def _rows() -> list[dict[str, Any]]:
     return [
         {
-            "name": "book_flight", "queue": "bookings", "idempotent": True, "timeout": 60,
-            "timeout_from": "tool", "delivery": "at_least_once",
-            "workers": ["celery@vm-1234abcd"], "description": _DESCRIPTION,
+            "name": "book_flight",
+            "queue": "bookings",
+            "idempotent": True,
+            "timeout": 60,
+            "timeout_from": "tool",
+            "delivery": "at_least_once",
+            "workers": ["celery@vm-1234abcd"],
+            "description": _DESCRIPTION,
         },
         {
-            "name": "search", "queue": "default", "idempotent": False, "timeout": 30,
-            "timeout_from": "settings", "delivery": "at_most_once",
-            "workers": ["celery@vm-1234abcd", "b@vm"], "description": "Search the web.",
+            "name": "search",
+            "queue": "default",
+            "idempotent": False,
+            "timeout": 30,
+            "timeout_from": "settings",
+            "delivery": "at_most_once",
+            "workers": ["celery@vm-1234abcd", "b@vm"],
+            "description": "Search the web.",
         },
-    ]  # fmt: skip
+    ]
 
 
 def _printed(width: int) -> str:

@@ -86,7 +86,8 @@ def test_every_error_kind_raises_exactly_its_own_exception_class() -> None:
 def test_any_other_error_kind_falls_through_to_an_execution_error_with_the_remote_type_and_message(
     kind: ErrorKind | str,
 ) -> None:
-    # model_construct skips validation: an unknown kind reaches result_of as a newer worker sends it.
+    # model_construct skips validation: an unknown kind reaches result_of as a newer
+    # worker sends it.
     error = ErrorInfo.model_construct(
         kind=kind, type="QuotaExceeded", message="daily quota used up"
     )
@@ -137,7 +138,11 @@ def test_an_expired_call_is_a_timeout_carrying_the_callers_deadline() -> None:
 
 
 def test_a_call_shed_because_its_caller_was_judged_gone_is_never_told_as_a_timeout() -> None:
-    shed = failure(ErrorKind.EXPIRED, "CallerGone", "a worker did not run this call: its caller was judged gone")
+    shed = failure(
+        ErrorKind.EXPIRED,
+        "CallerGone",
+        "a worker did not run this call: its caller was judged gone",
+    )
     with pytest.raises(CallerGone) as info:
         result_of("report", shed, timeout=8.0)
 

@@ -230,7 +230,7 @@ def _attempts(
     )
 
 
-def test_another_attempt_starts_only_if_the_pause_and_the_last_attempts_duration_fit_before_the_deadline() -> (
+def test_another_attempt_starts_only_if_the_pause_and_the_last_attempts_duration_fit_before_the_deadline() -> (  # noqa: E501
     None
 ):
     clocks = Clocks()
@@ -305,8 +305,11 @@ def test_the_last_error_carries_the_number_of_attempts(register: Register) -> No
 
     assert outcome.error is not None
     assert (outcome.error.type, outcome.error.message, outcome.error.attempts, len(runs)) == (
-        "ConnectionError", "down (3)", 3, 3,
-    )  # fmt: skip
+        "ConnectionError",
+        "down (3)",
+        3,
+        3,
+    )
 
 
 def test_an_at_most_once_tool_retries_only_the_exceptions_it_lists(register: Register) -> None:
@@ -438,8 +441,12 @@ def test_status_reads_retries_apart_from_the_outcomes() -> None:
 
     assert (counts.done, counts.failed, counts.timed_out, counts.retries) == (2, 1, 0, 4)
     assert counts.as_dict() == {
-        "done": 2, "failed": 1, "timed_out": 0, "by_kind": {"execution": 1, "ok": 2}, "retries": 4,
-    }  # fmt: skip
+        "done": 2,
+        "failed": 1,
+        "timed_out": 0,
+        "by_kind": {"execution": 1, "ok": 2},
+        "retries": 4,
+    }
     assert _counts(counts.as_dict()) == "2 / 1 / 0 (4 retries)"
     assert _counts({**counts.as_dict(), "retries": 0}) == "2 / 1 / 0"
 

@@ -44,7 +44,9 @@ def register() -> Iterator[Register]:
 
 def call(name: str, /, deadline: float | None = None, **arguments: Any) -> CallOutcome:
     return execute(
-        CallRequest(call_id="call-1", tool=name, arguments=arguments, deadline=deadline, run_id="run-1"),
+        CallRequest(
+            call_id="call-1", tool=name, arguments=arguments, deadline=deadline, run_id="run-1"
+        ),
         worker="worker@host",
     )
 
@@ -111,11 +113,19 @@ def test_defaults_fill_in_missing_optional_arguments(register: Register) -> None
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (Flight(code="BA1", departs=datetime.datetime(2025, 5, 1, 9, 30)), {"code": "BA1", "departs": "2025-05-01T09:30:00"}),
+        (
+            Flight(code="BA1", departs=datetime.datetime(2025, 5, 1, 9, 30)),
+            {"code": "BA1", "departs": "2025-05-01T09:30:00"},
+        ),
         (Seat(row=3, letter="A"), {"row": 3, "letter": "A"}),
         (datetime.date(2025, 5, 1), "2025-05-01"),
-        ({"seats": [Seat(row=1, letter="B")], "when": datetime.datetime(2025, 1, 2, tzinfo=datetime.UTC)},
-         {"seats": [{"row": 1, "letter": "B"}], "when": "2025-01-02T00:00:00Z"}),
+        (
+            {
+                "seats": [Seat(row=1, letter="B")],
+                "when": datetime.datetime(2025, 1, 2, tzinfo=datetime.UTC),
+            },
+            {"seats": [{"row": 1, "letter": "B"}], "when": "2025-01-02T00:00:00Z"},
+        ),
         ((1, "two"), [1, "two"]),
         (None, None),
     ],
@@ -143,7 +153,10 @@ def test_a_return_value_json_cannot_carry_is_a_clear_error(register: Register, v
 
     assert outcome.error is not None
     assert (outcome.error.kind, outcome.error.type) == (ErrorKind.EXECUTION, "UnserializableResult")
-    assert f"tool {name!r} returned a {type(value).__qualname__}, which cannot be sent as JSON" in outcome.error.message
+    assert (
+        f"tool {name!r} returned a {type(value).__qualname__}, which cannot be sent as JSON"
+        in outcome.error.message
+    )
 
 
 def test_a_circular_return_value_is_an_error_outcome_not_a_crash(register: Register) -> None:
@@ -161,7 +174,9 @@ def test_a_circular_return_value_is_an_error_outcome_not_a_crash(register: Regis
 # -- failures --------------------------------------------------------------------------
 
 
-def test_invalid_arguments_are_refused_naming_the_field_and_the_tool_does_not_run(register: Register) -> None:
+def test_invalid_arguments_are_refused_naming_the_field_and_the_tool_does_not_run(
+    register: Register,
+) -> None:
     ran: list[int] = []
 
     def double(n: int) -> int:
@@ -196,7 +211,9 @@ def test_a_nested_invalid_argument_is_named_by_its_path(register: Register) -> N
 
     outcome = call(register(book), seat={"row": "front", "letter": "A"})
 
-    assert outcome.error is not None and outcome.error.message.startswith("seat.row: Input should be a valid integer")
+    assert outcome.error is not None and outcome.error.message.startswith(
+        "seat.row: Input should be a valid integer"
+    )
 
 
 def test_an_unknown_tool_is_not_found_naming_the_worker() -> None:
@@ -218,7 +235,10 @@ def test_an_expired_call_is_refused_with_an_expired_outcome() -> None:
 
 
 def test_a_call_with_time_left_or_no_deadline_is_not_refused() -> None:
-    assert runner.refuse_if_expired(CallRequest(call_id="c-1", tool="t", deadline=time.time() + 30)) is None
+    assert (
+        runner.refuse_if_expired(CallRequest(call_id="c-1", tool="t", deadline=time.time() + 30))
+        is None
+    )
     assert runner.refuse_if_expired(CallRequest(call_id="c-1", tool="t", deadline=None)) is None
 
 
@@ -237,7 +257,9 @@ def test_a_call_with_time_left_runs(register: Register) -> None:
     assert call(register(one), deadline=time.time() + 30).result == 1
 
 
-def test_an_exception_becomes_data_with_the_remote_type_name_and_message(register: Register) -> None:
+def test_an_exception_becomes_data_with_the_remote_type_name_and_message(
+    register: Register,
+) -> None:
     def pay(amount: int) -> None:
         """Pay."""
         raise PaymentDeclined(f"card declined for {amount}")
@@ -247,7 +269,9 @@ def test_an_exception_becomes_data_with_the_remote_type_name_and_message(registe
     assert outcome.ok is False and outcome.result is None
     assert outcome.error is not None
     assert (outcome.error.kind, outcome.error.type, outcome.error.message) == (
-        ErrorKind.EXECUTION, "PaymentDeclined", "card declined for 12",
+        ErrorKind.EXECUTION,
+        "PaymentDeclined",
+        "card declined for 12",
     )
 
 
@@ -258,7 +282,10 @@ def test_an_async_tool_exception_becomes_data(register: Register) -> None:
 
     outcome = call(register(fail))
 
-    assert outcome.error is not None and (outcome.error.type, outcome.error.message) == ("KeyError", "'gone'")
+    assert outcome.error is not None and (outcome.error.type, outcome.error.message) == (
+        "KeyError",
+        "'gone'",
+    )
 
 
 @pytest.mark.parametrize("hard_timeout", [None, 5.0])
@@ -273,7 +300,9 @@ def test_an_async_tools_own_timeout_error_is_an_execution_error_not_a_hard_timeo
 
     assert outcome.error is not None
     assert (outcome.error.kind, outcome.error.type, outcome.error.message) == (
-        ErrorKind.EXECUTION, "TimeoutError", "upstream took too long",
+        ErrorKind.EXECUTION,
+        "TimeoutError",
+        "upstream took too long",
     )
 
 
@@ -301,7 +330,9 @@ def test_a_sync_tool_past_its_hard_limit_is_abandoned_and_reported(register: Reg
     assert elapsed < 1.0
 
 
-def test_a_sync_tool_within_its_hard_limit_returns_normally_and_its_errors_pass_through(register: Register) -> None:
+def test_a_sync_tool_within_its_hard_limit_returns_normally_and_its_errors_pass_through(
+    register: Register,
+) -> None:
     def quick(fail: bool) -> str:
         """Return or fail at once."""
         if fail:
@@ -315,7 +346,9 @@ def test_a_sync_tool_within_its_hard_limit_returns_normally_and_its_errors_pass_
     assert failed is not None and (failed.kind, failed.type) == (ErrorKind.EXECUTION, "ValueError")
 
 
-def test_the_loop_a_thread_ran_async_tools_on_is_closed_when_the_thread_ends(register: Register) -> None:
+def test_the_loop_a_thread_ran_async_tools_on_is_closed_when_the_thread_ends(
+    register: Register,
+) -> None:
     async def add(a: int, b: int) -> int:
         """Add."""
         return a + b
@@ -382,22 +415,38 @@ def test_current_call_inside_a_tool_describes_the_call(register: Register, kind:
         return _context_of_current_call()
 
     func = async_tool if kind == "async" else sync_tool
-    name = register(func, hard_timeout=5 if kind == "sync-with-hard-limit" else None, idempotent=True)
+    name = register(
+        func, hard_timeout=5 if kind == "sync-with-hard-limit" else None, idempotent=True
+    )
     deadline = shared_now() + 30  # the clock time_left() counts by
-    request = CallRequest(call_id="c-9", tool=name, deadline=deadline, run_id="run-7", idempotency_key="key-3")
+    request = CallRequest(
+        call_id="c-9", tool=name, deadline=deadline, run_id="run-7", idempotency_key="key-3"
+    )
 
     outcome = execute(request)
 
     assert outcome.ok, outcome.error
     seen = outcome.result
-    assert (seen["call_id"], seen["run_id"], seen["tool"], seen["idempotency_key"], seen["deadline"]) == (
-        "c-9", "run-7", name, "key-3", deadline,
+    assert (
+        seen["call_id"],
+        seen["run_id"],
+        seen["tool"],
+        seen["idempotency_key"],
+        seen["deadline"],
+    ) == (
+        "c-9",
+        "run-7",
+        name,
+        "key-3",
+        deadline,
     )
     assert 25 < seen["time_left"] <= 30
 
 
 def test_current_call_outside_a_tool_raises_lookup_error() -> None:
-    with pytest.raises(LookupError, match=r"current_call\(\) is only available while a worker runs a tool"):
+    with pytest.raises(
+        LookupError, match=r"current_call\(\) is only available while a worker runs a tool"
+    ):
         current_call()
 
 
@@ -432,7 +481,9 @@ def test_an_outcome_within_the_limit_is_encoded_as_is() -> None:
 def test_an_oversized_outcome_is_replaced_by_a_result_too_large_error() -> None:
     outcome = CallOutcome.success("c", "x" * 5000, worker="w")
 
-    decoded = CallOutcome.model_validate_json(encode_outcome(outcome, tool="search", max_bytes=1000))
+    decoded = CallOutcome.model_validate_json(
+        encode_outcome(outcome, tool="search", max_bytes=1000)
+    )
 
     assert (decoded.call_id, decoded.ok, decoded.worker, decoded.result) == ("c", False, "w", None)
     assert decoded.error is not None
@@ -458,7 +509,9 @@ def test_a_bytes_result_is_sent_as_utf8_text(register: Register) -> None:
     assert call(register(raw)).result == {"body": "café"}
 
 
-def test_bytes_that_are_not_utf8_are_refused_with_a_message_that_says_what_to_do(register: Register) -> None:
+def test_bytes_that_are_not_utf8_are_refused_with_a_message_that_says_what_to_do(
+    register: Register,
+) -> None:
     def binary() -> dict[str, bytes]:
         """Binary."""
         return {"png": b"\x89PNG\xff\xfe"}

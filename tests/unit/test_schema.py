@@ -70,7 +70,9 @@ def properties(schema: FunctionSchema) -> dict[str, Any]:
 def test_the_description_is_the_docstring_text_before_its_sections() -> None:
     schema = function_schema(search, name="search")
 
-    assert schema.description == "Search the corpus for passages.\n\nReturns the best passages first."
+    assert (
+        schema.description == "Search the corpus for passages.\n\nReturns the best passages first."
+    )
 
 
 def test_an_explicit_description_replaces_the_docstring_summary_but_keeps_the_args() -> None:
@@ -81,7 +83,10 @@ def test_an_explicit_description_replaces_the_docstring_summary_but_keeps_the_ar
 
 
 def test_parameter_descriptions_come_from_the_args_section_with_continuation_lines_joined() -> None:
-    described = {name: p.get("description") for name, p in properties(function_schema(search, name="s")).items()}
+    described = {
+        name: p.get("description")
+        for name, p in properties(function_schema(search, name="s")).items()
+    }
 
     assert described["query"] == "The words to look for, continued on a second line and a third."
     assert described["mode"] == "How to match the words."
@@ -163,11 +168,16 @@ def test_an_annotated_field_gives_its_description_and_bounds() -> None:
     assert (limit["minimum"], limit["maximum"], limit["type"]) == (1, 50, "integer")
 
 
-def test_an_annotated_description_is_kept_when_the_docstring_does_not_describe_the_parameter() -> None:
+def test_an_annotated_description_is_kept_when_the_docstring_does_not_describe_the_parameter() -> (
+    None
+):
     # `limit` is absent from search's Args section: the docstring must not erase it.
     assert "limit" not in search.__doc__.split("Args:")[1]  # type: ignore[union-attr]
 
-    assert properties(function_schema(search, name="s"))["limit"]["description"] == "How many hits to return."
+    assert (
+        properties(function_schema(search, name="s"))["limit"]["description"]
+        == "How many hits to return."
+    )
 
 
 def test_the_argument_model_coerces_like_the_worker_will() -> None:
@@ -181,7 +191,9 @@ def test_the_argument_model_coerces_like_the_worker_will() -> None:
 
 
 def test_the_argument_model_is_named_after_the_tool() -> None:
-    assert function_schema(search, name="full-text_search").model.__name__ == "FullTextSearchArguments"
+    assert (
+        function_schema(search, name="full-text_search").model.__name__ == "FullTextSearchArguments"
+    )
 
 
 def test_async_def_is_detected() -> None:
@@ -223,7 +235,9 @@ def test_star_args_are_rejected_with_advice_to_name_each_argument() -> None:
         """Add numbers."""
         return sum(values)
 
-    with pytest.raises(ToolDefinitionError, match=r"tool 'spread', parameter 'values': \*args and \*\*kwargs") as info:
+    with pytest.raises(
+        ToolDefinitionError, match=r"tool 'spread', parameter 'values': \*args and \*\*kwargs"
+    ) as info:
         function_schema(spread, name="spread")
     assert "declare each argument by name" in str(info.value)
 
@@ -242,7 +256,9 @@ def test_positional_only_parameters_are_rejected_because_tools_are_called_by_key
         """Square a number."""
         return x * x
 
-    with pytest.raises(ToolDefinitionError, match=r"parameter 'x': is positional-only; tools are called by keyword"):
+    with pytest.raises(
+        ToolDefinitionError, match=r"parameter 'x': is positional-only; tools are called by keyword"
+    ):
         function_schema(square, name="square")
 
 
@@ -251,7 +267,9 @@ def test_a_parameter_without_a_type_hint_is_rejected_with_an_example_hint() -> N
         """Greet someone."""
         return f"{greeting} {name}"
 
-    with pytest.raises(ToolDefinitionError, match=r"parameter 'name': needs a type hint, e.g. `name: str`"):
+    with pytest.raises(
+        ToolDefinitionError, match=r"parameter 'name': needs a type hint, e.g. `name: str`"
+    ):
         function_schema(greet, name="greet")
 
 
@@ -263,7 +281,10 @@ def test_a_socket_parameter_is_rejected_naming_the_parameter_and_the_json_types(
         function_schema(send, name="send")
     message = str(info.value)
     assert message.startswith("tool 'send', parameter 'conn': socket is not a JSON type")
-    assert "use str, int, float, bool, list, dict, Literal, Enum, dataclasses or pydantic models" in message
+    assert (
+        "use str, int, float, bool, list, dict, Literal, Enum, dataclasses or pydantic models"
+        in message
+    )
     assert "arbitrary_types_allowed" not in message  # pydantic's advice is wrong for a tool
 
 
@@ -279,7 +300,10 @@ def test_a_parameter_name_pydantic_reserves_is_rejected_with_advice_to_rename() 
     def tune(model_config: str) -> None:
         """Tune a model."""
 
-    with pytest.raises(ToolDefinitionError, match=r"parameter 'model_config': cannot be a tool argument .*rename it"):
+    with pytest.raises(
+        ToolDefinitionError,
+        match=r"parameter 'model_config': cannot be a tool argument .*rename it",
+    ):
         function_schema(tune, name="tune")
 
 
@@ -295,11 +319,15 @@ def test_a_type_hint_that_does_not_resolve_is_rejected() -> None:
     def later(x: NoSuchType) -> None:  # type: ignore[name-defined]  # noqa: F821
         """Use a missing type."""
 
-    with pytest.raises(ToolDefinitionError, match=r"tool 'later': cannot read its signature or type hints"):
+    with pytest.raises(
+        ToolDefinitionError, match=r"tool 'later': cannot read its signature or type hints"
+    ):
         function_schema(later, name="later")
 
 
-def test_a_function_without_docstring_or_description_is_rejected_because_the_model_reads_it() -> None:
+def test_a_function_without_docstring_or_description_is_rejected_because_the_model_reads_it() -> (
+    None
+):
     def undocumented(x: int) -> int:
         return x
 

@@ -21,7 +21,11 @@ def test_defaults_without_any_variable() -> None:
     assert settings.redis_url == "redis://localhost:6379/0"
     assert settings.tool_modules == ("tasks",)
     assert settings.default_timeout == 60.0
-    assert (settings.heartbeat_interval, settings.reply_ttl, settings.outcome_ttl) == (3.0, 600, 86_400)
+    assert (settings.heartbeat_interval, settings.reply_ttl, settings.outcome_ttl) == (
+        3.0,
+        600,
+        86_400,
+    )
     assert (settings.claim_margin, settings.visibility_timeout) == (30.0, 3600)
     assert (settings.max_argument_bytes, settings.max_result_bytes) == (1_048_576, 4_194_304)
     assert Path(settings.data_dir).name == ".toolexec"
@@ -32,7 +36,12 @@ def test_defaults_without_any_variable() -> None:
     [
         ("TOOLEXEC_BROKER_URL", "redis://broker:6380/2", "broker_url", "redis://broker:6380/2"),
         ("TOOLEXEC_REDIS_URL", "rediss://state:6390/1", "redis_url", "rediss://state:6390/1"),
-        ("TOOLEXEC_TOOL_MODULES", " tasks , extra.tools,,more ", "tool_modules", ("tasks", "extra.tools", "more")),
+        (
+            "TOOLEXEC_TOOL_MODULES",
+            " tasks , extra.tools,,more ",
+            "tool_modules",
+            ("tasks", "extra.tools", "more"),
+        ),
         ("TOOLEXEC_DEFAULT_TIMEOUT", "2.5", "default_timeout", 2.5),
         ("TOOLEXEC_HEARTBEAT_INTERVAL", "0.5", "heartbeat_interval", 0.5),
         ("TOOLEXEC_REPLY_TTL", "30", "reply_ttl", 30),
@@ -44,7 +53,9 @@ def test_defaults_without_any_variable() -> None:
         ("TOOLEXEC_DATA_DIR", "/srv/toolexec", "data_dir", "/srv/toolexec"),
     ],
 )
-def test_each_variable_is_parsed_into_its_field(variable: str, raw: str, field: str, expected: Any) -> None:
+def test_each_variable_is_parsed_into_its_field(
+    variable: str, raw: str, field: str, expected: Any
+) -> None:
     settings = Settings.from_env({variable: raw})
 
     assert getattr(settings, field) == expected
@@ -63,10 +74,14 @@ def test_a_default_timeout_of_none_means_no_deadline(raw: str) -> None:
 
 
 def test_an_empty_variable_means_the_default() -> None:
-    assert Settings.from_env({"TOOLEXEC_DEFAULT_TIMEOUT": "", "TOOLEXEC_TOOL_MODULES": ""}) == Settings.from_env({})
+    assert Settings.from_env(
+        {"TOOLEXEC_DEFAULT_TIMEOUT": "", "TOOLEXEC_TOOL_MODULES": ""}
+    ) == Settings.from_env({})
 
 
-def test_without_a_mapping_it_reads_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_mapping_it_reads_the_process_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("TOOLEXEC_REPLY_TTL", "42")
 
     assert Settings.from_env().reply_ttl == 42
@@ -96,7 +111,9 @@ def test_overrides_win_over_the_environment() -> None:
         ("TOOLEXEC_REDIS_URL", "http://cache:6379"),
     ],
 )
-def test_a_value_that_does_not_parse_is_a_configuration_error_naming_the_variable(variable: str, raw: str) -> None:
+def test_a_value_that_does_not_parse_is_a_configuration_error_naming_the_variable(
+    variable: str, raw: str
+) -> None:
     with pytest.raises(ConfigurationError) as info:
         Settings.from_env({variable: raw})
 
@@ -130,7 +147,9 @@ def test_redis_url_defaults_to_the_broker_url() -> None:
 
 
 def test_an_explicit_redis_url_is_kept_apart_from_the_broker() -> None:
-    settings = Settings.from_env({"TOOLEXEC_BROKER_URL": "redis://b/0", "TOOLEXEC_REDIS_URL": "redis://r/1"})
+    settings = Settings.from_env(
+        {"TOOLEXEC_BROKER_URL": "redis://b/0", "TOOLEXEC_REDIS_URL": "redis://r/1"}
+    )
 
     assert (settings.broker_url, settings.redis_url) == ("redis://b/0", "redis://r/1")
 
@@ -139,12 +158,17 @@ def test_a_non_redis_broker_needs_its_own_redis_url() -> None:
     with pytest.raises(ConfigurationError) as info:
         Settings.from_env({"TOOLEXEC_BROKER_URL": "amqp://guest@rabbit//"})
 
-    assert "TOOLEXEC_REDIS_URL is required when TOOLEXEC_BROKER_URL is not Redis (broker is amqp://...)" in str(info.value)
+    assert (
+        "TOOLEXEC_REDIS_URL is required when TOOLEXEC_BROKER_URL is not Redis (broker is amqp://...)"
+        in str(info.value)
+    )
     assert "guest" not in str(info.value)  # credentials in the URL stay out of the message
 
 
 def test_a_non_redis_broker_with_a_redis_url_is_accepted() -> None:
-    settings = Settings.from_env({"TOOLEXEC_BROKER_URL": "amqp://rabbit//", "TOOLEXEC_REDIS_URL": "redis://r/0"})
+    settings = Settings.from_env(
+        {"TOOLEXEC_BROKER_URL": "amqp://rabbit//", "TOOLEXEC_REDIS_URL": "redis://r/0"}
+    )
 
     assert settings.redis_url == "redis://r/0"
 
@@ -158,35 +182,71 @@ def test_settings_are_frozen() -> None:
 
 def test_no_other_module_reads_the_environment() -> None:
     """Settings.from_env is the one place; the ops launchers only pass os.environ on to children."""
-    allowed = {"wire/settings.py", "toolexec/worker_process.py", "toolexec/commands/demo.py", "toolexec/commands/worker.py"}
+    allowed = {
+        "wire/settings.py",
+        "toolexec/worker_process.py",
+        "toolexec/commands/demo.py",
+        "toolexec/commands/worker.py",
+    }
     root = Path(executor.__file__).parent.parent
     readers = []
     for package in ("wire", "executor", "agent_client", "tasks", "toolexec"):
         for path in sorted((root / package).rglob("*.py")):
             relative = path.relative_to(root).as_posix()
             for node in ast.walk(ast.parse(path.read_text(), relative)):
-                if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "environb"):
+                if isinstance(node, ast.Attribute) and node.attr in (
+                    "environ",
+                    "getenv",
+                    "environb",
+                ):
                     readers.append(relative)
-                if isinstance(node, ast.ImportFrom) and node.module == "os" and (
-                    {a.name for a in node.names} & {"environ", "getenv", "environb"}
+                if (
+                    isinstance(node, ast.ImportFrom)
+                    and node.module == "os"
+                    and ({a.name for a in node.names} & {"environ", "getenv", "environb"})
                 ):
                     readers.append(relative)
     assert sorted(set(readers) - allowed) == []
 
 
-@pytest.mark.parametrize("url", ["sqs://queue.example/", "http://user:secret@queue.example/", "kafka://k:9092"])
+@pytest.mark.parametrize(
+    "url", ["sqs://queue.example/", "http://user:secret@queue.example/", "kafka://k:9092"]
+)
 def test_a_broker_toolexec_cannot_publish_to_is_refused_naming_the_ones_it_can(url: str) -> None:
-    for environ in ({"TOOLEXEC_BROKER_URL": url}, {"TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": "redis://r/0"}):
+    for environ in (
+        {"TOOLEXEC_BROKER_URL": url},
+        {"TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": "redis://r/0"},
+    ):
         with pytest.raises(ConfigurationError) as info:
             Settings.from_env(environ)
 
         message = str(info.value)
-        assert message.startswith("invalid toolexec settings: TOOLEXEC_BROKER_URL: must be a Redis (redis://")
-        assert "RabbitMQ (amqp://, amqps://, pyamqp://)" in message and "REDIS_URL is required" not in message
+        assert message.startswith(
+            "invalid toolexec settings: TOOLEXEC_BROKER_URL: must be a Redis (redis://"
+        )
+        assert (
+            "RabbitMQ (amqp://, amqps://, pyamqp://)" in message
+            and "REDIS_URL is required" not in message
+        )
         assert "secret" not in message
 
 
-@pytest.mark.parametrize("url", ["redis://b/0", "rediss://b/0", "unix:///tmp/r.sock", "amqp://rabbit//",
-                                 "amqps://rabbit//", "pyamqp://rabbit//", "memory://"])  # fmt: skip
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://b/0",
+        "rediss://b/0",
+        "unix:///tmp/r.sock",
+        "amqp://rabbit//",
+        "amqps://rabbit//",
+        "pyamqp://rabbit//",
+        "memory://",
+    ],
+)
 def test_every_broker_toolexec_carries_calls_over_is_accepted(url: str) -> None:
-    assert Settings.from_env({"TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": "redis://r/0"}).broker_url == url
+    assert (
+        Settings.from_env(
+            {"TOOLEXEC_BROKER_URL": url, "TOOLEXEC_REDIS_URL": "redis://r/0"}
+        ).broker_url
+        == url
+    )

@@ -18,18 +18,28 @@ from wire.settings import Settings
 from wire.signing import SIGNATURE_HEADER, sign, verify
 
 KEY = "k" * 32
-SCHEMA: dict[str, Any] = {"type": "object", "properties": {"query": {}, "n": {}}, "additionalProperties": True}
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"query": {}, "n": {}},
+    "additionalProperties": True,
+}
 SPEC = ToolSpec(name="search", description="d", parameters=SCHEMA)
 
 
-def prepared(arguments: dict[str, Any], *, key: str | None = KEY, spec: ToolSpec = SPEC, **options: Any) -> PreparedCall:
+def prepared(
+    arguments: dict[str, Any], *, key: str | None = KEY, spec: ToolSpec = SPEC, **options: Any
+) -> PreparedCall:
     """A call as the client prepares it, with ``key`` as TOOLEXEC_SIGNING_KEY."""
     env = {"TOOLEXEC_SIGNING_KEY": key} if key is not None else {}
     config = Settings.from_env(env)
     values: dict[str, Any] = {
-        "call_id": "client-1", "reply_to": "client", "timeout": 30.0, "run_id": None,
-        "idempotency_key": None, "origin": "test",
-    }  # fmt: skip
+        "call_id": "client-1",
+        "reply_to": "client",
+        "timeout": 30.0,
+        "run_id": None,
+        "idempotency_key": None,
+        "origin": "test",
+    }
     values.update(options)
     validator = ArgumentValidator(spec.name, spec.parameters, max_bytes=config.max_argument_bytes)
     return prepare_call(spec, arguments, validator=validator, settings=config, **values)
@@ -82,7 +92,10 @@ def test_changing_any_field_the_worker_acts_on_breaks_the_signature(field: str, 
     call = prepared({"query": "fox", "n": 3})
     task, signature, fields = on_the_worker(call)
 
-    assert verify(KEY, signature, task, {**fields, field: value}, headers=headers_of(call)) == "signature_mismatch"
+    assert (
+        verify(KEY, signature, task, {**fields, field: value}, headers=headers_of(call))
+        == "signature_mismatch"
+    )
 
 
 @pytest.mark.parametrize(
@@ -97,13 +110,18 @@ def test_changing_any_field_the_worker_acts_on_breaks_the_signature(field: str, 
         ("expires", 12),  # what only a forged message holds: refused, not raised
     ],
 )
-def test_changing_a_header_that_decides_how_celery_runs_it_breaks_the_signature(header: str, value: Any) -> None:
+def test_changing_a_header_that_decides_how_celery_runs_it_breaks_the_signature(
+    header: str, value: Any
+) -> None:
     call = prepared({"query": "fox"}, spec=SPEC.model_copy(update={"hard_timeout": 5.0}))
     task, signature, fields = on_the_worker(call)
     headers = headers_of(call)
     assert headers["timelimit"] == [6.0, None] and headers["expires"] is not None
 
-    assert verify(KEY, signature, task, fields, headers={**headers, header: value}) == "signature_mismatch"
+    assert (
+        verify(KEY, signature, task, fields, headers={**headers, header: value})
+        == "signature_mismatch"
+    )
 
 
 def test_the_same_expiry_written_as_other_text_still_verifies() -> None:
@@ -115,7 +133,10 @@ def test_the_same_expiry_written_as_other_text_still_verifies() -> None:
     as_datetime = datetime.fromisoformat(headers["expires"])  # what send_task may write instead
 
     assert verify(KEY, signature, task, fields, headers={**headers, "expires": as_datetime}) is None
-    assert verify(KEY, signature, task, fields, headers={**headers, "argsrepr": "(1,)", "origin": "x"}) is None
+    assert (
+        verify(KEY, signature, task, fields, headers={**headers, "argsrepr": "(1,)", "origin": "x"})
+        is None
+    )
 
 
 def test_the_signature_binds_the_delivery_mode() -> None:
@@ -143,18 +164,36 @@ def test_fields_a_forged_message_may_hold_are_refused_without_raising() -> None:
     task, signature, fields = on_the_worker(call)
     headers = headers_of(call)
 
-    assert verify(KEY, signature, task, {**fields, "arguments": {"x": b"bytes"}}, headers=headers) == "signature_mismatch"
-    assert verify(KEY, signature, task, {**fields, "deadline": float("nan")}, headers=headers) == "signature_mismatch"
+    assert (
+        verify(KEY, signature, task, {**fields, "arguments": {"x": b"bytes"}}, headers=headers)
+        == "signature_mismatch"
+    )
+    assert (
+        verify(KEY, signature, task, {**fields, "deadline": float("nan")}, headers=headers)
+        == "signature_mismatch"
+    )
     deep: Any = []
     for _ in range(5000):
         deep = [deep]
-    assert verify(KEY, signature, task, {**fields, "arguments": {"x": deep}}, headers=headers) == "signature_mismatch"
-    assert verify(KEY, signature, task, fields, headers={**headers, "timelimit": [deep, None]}) == "signature_mismatch"
+    assert (
+        verify(KEY, signature, task, {**fields, "arguments": {"x": deep}}, headers=headers)
+        == "signature_mismatch"
+    )
+    assert (
+        verify(KEY, signature, task, fields, headers={**headers, "timelimit": [deep, None]})
+        == "signature_mismatch"
+    )
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -184,14 +223,23 @@ def test_sign_is_the_hmac_the_header_carries() -> None:
     request = call.request
 
     assert signature == sign(
-        KEY, task, call_id=request.call_id, tool=request.tool, reply_to=request.reply_to,
-        deadline=request.deadline, run_id=request.run_id, idempotency_key=request.idempotency_key,
-        arguments_json=json.dumps(request.arguments, separators=(",", ":")).encode(), headers=headers_of(call),
-    )  # fmt: skip
+        KEY,
+        task,
+        call_id=request.call_id,
+        tool=request.tool,
+        reply_to=request.reply_to,
+        deadline=request.deadline,
+        run_id=request.run_id,
+        idempotency_key=request.idempotency_key,
+        arguments_json=json.dumps(request.arguments, separators=(",", ":")).encode(),
+        headers=headers_of(call),
+    )
 
 
 def test_a_short_signing_key_is_refused_without_showing_it() -> None:
-    with pytest.raises(ConfigurationError, match="TOOLEXEC_SIGNING_KEY: .*at least 16 characters") as refused:
+    with pytest.raises(
+        ConfigurationError, match="TOOLEXEC_SIGNING_KEY: .*at least 16 characters"
+    ) as refused:
         Settings.from_env({"TOOLEXEC_SIGNING_KEY": "short-secret"})
 
     assert "short-secret" not in str(refused.value)
@@ -205,10 +253,16 @@ def test_the_key_is_hidden_in_the_settings_repr() -> None:
 
 
 def test_a_redis_password_stays_out_of_the_settings_repr_and_errors() -> None:
-    config = Settings.from_env({"TOOLEXEC_BROKER_URL": "rediss://toolexec:pa%40ss@redis.internal:6380/0"})
+    config = Settings.from_env(
+        {"TOOLEXEC_BROKER_URL": "rediss://toolexec:pa%40ss@redis.internal:6380/0"}
+    )
 
     assert "pa%40ss" not in repr(config) and "toolexec:***@redis.internal:6380" in repr(config)
-    assert config.broker_url == "rediss://toolexec:pa%40ss@redis.internal:6380/0"  # the value itself is intact
+    assert (
+        config.broker_url == "rediss://toolexec:pa%40ss@redis.internal:6380/0"
+    )  # the value itself is intact
     with pytest.raises(ConfigurationError) as refused:
         Settings.from_env({"TOOLEXEC_REDIS_URL": "http://toolexec:s3cret@redis.internal/0"})
-    assert "s3cret" not in str(refused.value) and "toolexec:***@redis.internal" in str(refused.value)
+    assert "s3cret" not in str(refused.value) and "toolexec:***@redis.internal" in str(
+        refused.value
+    )

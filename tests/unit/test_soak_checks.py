@@ -10,7 +10,9 @@ BOUNDS = error_bounds(kills=2, concurrency=2, redis_restarts=1, workers=2, at_mo
 
 
 def test_errors_within_what_the_faults_explain_pass() -> None:
-    ended = Counter({("search", "result"): 190, ("search", "WorkerLost"): 8, ("book", "ToolOutcomeUnknown"): 4})
+    ended = Counter(
+        {("search", "result"): 190, ("search", "WorkerLost"): 8, ("book", "ToolOutcomeUnknown"): 4}
+    )
     assert check_errors(ended, BOUNDS) == []
 
 
@@ -36,14 +38,25 @@ def test_worker_lost_for_an_at_least_once_tool_fails() -> None:
 
 
 def test_rss_is_compared_on_the_processes_sampled_throughout() -> None:
-    growth, problems = check_rss([{1: 100, 2: 100, 3: 50}, {1: 100, 2: 100 + RSS_GROWTH_LIMIT_KIB + 1}])
+    growth, problems = check_rss(
+        [{1: 100, 2: 100, 3: 50}, {1: 100, 2: 100 + RSS_GROWTH_LIMIT_KIB + 1}]
+    )
     assert growth == {1: 0, 2: RSS_GROWTH_LIMIT_KIB + 1}  # 3 exited: not compared
-    assert problems == [f"process 2 grew by {RSS_GROWTH_LIMIT_KIB + 1} KiB (limit {RSS_GROWTH_LIMIT_KIB})"]
+    assert problems == [
+        f"process 2 grew by {RSS_GROWTH_LIMIT_KIB + 1} KiB (limit {RSS_GROWTH_LIMIT_KIB})"
+    ]
     assert check_rss([{1: 100}])[1] == ["fewer than two RSS samples after the last restart"]
 
 
 def test_keys_fail_when_a_calls_key_outlives_the_wait_or_the_count_is_not_the_baselines() -> None:
-    found = KeyCheck(baseline=8, after=15, families={"worker": (2, 1, 1.0)}, baseline_kinds=8, long_rule=6, call_keys_left=1)
+    found = KeyCheck(
+        baseline=8,
+        after=15,
+        families={"worker": (2, 1, 1.0)},
+        baseline_kinds=8,
+        long_rule=6,
+        call_keys_left=1,
+    )
     assert found.problems(waited=True, live_workers=2) == [
         "1 keys of calls outlived their TTLs",
         "DBSIZE 15 is not the baseline 8 plus 6 long-rule keys",

@@ -85,9 +85,11 @@ def test_a_second_run_under_the_same_idempotency_key_gets_the_first_booking_and_
 
     def run(call_id: str, key: str, passenger: str) -> CallOutcome:
         request = CallRequest(
-            call_id=call_id, tool="book_flight", idempotency_key=key,
+            call_id=call_id,
+            tool="book_flight",
+            idempotency_key=key,
             arguments={"flight_id": "AF1", "passenger": passenger},
-        )  # fmt: skip
+        )
         return execute(request, definition=definition)
 
     first = run("call-1", "run-1:book_flight:abc", "Marie Curie")
@@ -97,7 +99,10 @@ def test_a_second_run_under_the_same_idempotency_key_gets_the_first_booking_and_
     assert first.ok and again.ok and other.ok
     assert again.result == first.result
     rows = list_bookings(data_dir)
-    assert [row["booking_id"] for row in rows] == [first.result["booking_id"], other.result["booking_id"]]
+    assert [row["booking_id"] for row in rows] == [
+        first.result["booking_id"],
+        other.result["booking_id"],
+    ]
 
 
 def test_the_ledger_lives_in_the_data_dir_and_uses_wal(data_dir: Path) -> None:

@@ -53,7 +53,9 @@ def test_arguments_that_fit_the_schema_pass() -> None:
 
 
 def test_a_missing_required_field_is_named() -> None:
-    assert problems_of({"item": "book", "address": {"city": "York"}}) == ("'quantity' is a required property",)
+    assert problems_of({"item": "book", "address": {"city": "York"}}) == (
+        "'quantity' is a required property",
+    )
 
 
 def test_a_wrong_type_is_named_by_its_field() -> None:
@@ -61,11 +63,15 @@ def test_a_wrong_type_is_named_by_its_field() -> None:
 
 
 def test_a_value_above_the_maximum_is_named_with_the_bound() -> None:
-    assert problems_of({**GOOD, "quantity": 11}) == ("quantity: 11 is greater than the maximum of 10",)
+    assert problems_of({**GOOD, "quantity": 11}) == (
+        "quantity: 11 is greater than the maximum of 10",
+    )
 
 
 def test_a_value_outside_a_literal_is_named_with_the_allowed_values() -> None:
-    assert problems_of({**GOOD, "speed": "warp"}) == ("speed: 'warp' is not one of ['standard', 'express']",)
+    assert problems_of({**GOOD, "speed": "warp"}) == (
+        "speed: 'warp' is not one of ['standard', 'express']",
+    )
 
 
 def test_an_unexpected_field_is_named() -> None:
@@ -75,7 +81,9 @@ def test_an_unexpected_field_is_named() -> None:
 
 
 def test_a_nested_field_is_named_by_its_path() -> None:
-    assert problems_of({**GOOD, "address": {"city": 5}}) == ("address.city: 5 is not of type 'string'",)
+    assert problems_of({**GOOD, "address": {"city": 5}}) == (
+        "address.city: 5 is not of type 'string'",
+    )
 
 
 def test_a_missing_nested_field_is_named_under_its_parent() -> None:
@@ -85,12 +93,17 @@ def test_a_missing_nested_field_is_named_under_its_parent() -> None:
 def test_every_problem_is_reported_in_field_order() -> None:
     problems = problems_of({"item": 7, "quantity": 0, "address": {"city": "York"}})
 
-    assert problems == ("item: 7 is not of type 'string'", "quantity: 0 is less than the minimum of 1")
+    assert problems == (
+        "item: 7 is not of type 'string'",
+        "quantity: 0 is less than the minimum of 1",
+    )
 
 
 @pytest.mark.parametrize("arguments", [["book", 2], "book", None, 3])
 def test_arguments_that_are_not_an_object_are_refused(arguments: Any) -> None:
-    assert problems_of(arguments) == (f"arguments must be an object, got {type(arguments).__name__}",)
+    assert problems_of(arguments) == (
+        f"arguments must be an object, got {type(arguments).__name__}",
+    )
 
 
 def test_oversized_arguments_are_refused_naming_the_limit_and_its_variable() -> None:

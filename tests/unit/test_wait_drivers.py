@@ -1,4 +1,5 @@
-"""agent_client.deadline's wait drivers: an outcome that arrives only as the deadline passes is a timeout.
+"""agent_client.deadline's wait drivers: an outcome that arrives only as the deadline
+passes is a timeout.
 
 The drivers wait on a future with the caller's deadline. A reply can land at the very
 moment the deadline passes, or the waiting thread can be scheduled late; either way no
@@ -51,7 +52,9 @@ def test_a_sync_result_that_arrives_as_the_deadline_passes_is_a_timeout() -> Non
     seen: list[str] = []
 
     with pytest.raises(ToolTimeoutError):
-        drive_sync(_one_attempt(future, seen), ends=10.0, clock=lambda: next(now), timed_out=_timed_out)
+        drive_sync(
+            _one_attempt(future, seen), ends=10.0, clock=lambda: next(now), timed_out=_timed_out
+        )
 
     assert seen == ["timed out", "cleaned up"]
 
@@ -61,7 +64,12 @@ def test_a_sync_result_before_the_deadline_is_returned() -> None:
     future.set_result(CallOutcome(call_id="c", ok=True, result=42))
     now = iter([5.0, 9.999])
 
-    assert drive_sync(_one_attempt(future, []), ends=10.0, clock=lambda: next(now), timed_out=_timed_out) == 42
+    assert (
+        drive_sync(
+            _one_attempt(future, []), ends=10.0, clock=lambda: next(now), timed_out=_timed_out
+        )
+        == 42
+    )
 
 
 def test_an_async_result_that_arrives_as_the_deadline_passes_is_a_timeout() -> None:

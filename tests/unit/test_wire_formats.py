@@ -119,7 +119,9 @@ def test_an_undecodable_holder_tag_is_replaced_not_raised() -> None:
     [("w1@host:100", 101), ("w1@host:100", 0), ("odd|name@host:7", 8)],
     ids=["pool child", "taken, not started", "worker id with a bar"],
 )
-def test_a_joining_tag_names_the_same_process_yet_is_another_string(worker_id: str, pid: int) -> None:
+def test_a_joining_tag_names_the_same_process_yet_is_another_string(
+    worker_id: str, pid: int
+) -> None:
     tag = holder_tag(worker_id, pid)
 
     joining = joining_tag(tag)
@@ -145,9 +147,15 @@ def test_a_joining_tag_reads_as_its_process_to_a_parser_that_knows_only_plain_ta
     ("value", "state"),
     [
         (running_state("w1@host:100|101"), KeyState(holder="w1@host:100|101")),
-        (running_state("w1@host:100|101", waiters=True), KeyState(holder="w1@host:100|101", waiters=True)),
+        (
+            running_state("w1@host:100|101", waiters=True),
+            KeyState(holder="w1@host:100|101", waiters=True),
+        ),
         (running_state("", waiters=True), KeyState(waiters=True)),
-        (stored_state('{"ok": true, "text": "run:x"}'), KeyState(outcome='{"ok": true, "text": "run:x"}')),
+        (
+            stored_state('{"ok": true, "text": "run:x"}'),
+            KeyState(outcome='{"ok": true, "text": "run:x"}'),
+        ),
         (stored_state(""), KeyState(outcome="")),
     ],
     ids=["held", "held, callers joined", "callers joined, nobody began", "stored", "stored, empty"],

@@ -109,7 +109,7 @@ def test_a_read_that_misses_the_key_is_no_evidence_even_before_a_write_sees_why(
     assert not writes.steady_since(before)
 
 
-def test_a_read_that_finds_the_key_changes_nothing_and_a_miss_long_after_the_last_write_is_expected() -> (
+def test_a_read_that_finds_the_key_changes_nothing_and_a_miss_long_after_the_last_write_is_expected() -> (  # noqa: E501
     None
 ):
     clock = _Clock()

@@ -42,7 +42,13 @@ def claim(
         CLAIM.run(
             client,
             [idem.claim, idem.state, idem.waiters, idem.queue],
-            [call_id, ttl_ms, f"message of {call_id}", waiter_entry(reply_to, call_id), "1" if push else "0"],
+            [
+                call_id,
+                ttl_ms,
+                f"message of {call_id}",
+                waiter_entry(reply_to, call_id),
+                "1" if push else "0",
+            ],
         )
     )
 

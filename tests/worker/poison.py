@@ -409,13 +409,21 @@ def huge_items(queue: str, *, max_item_bytes: int) -> st.SearchStrategy[bytes]:
         sizes.map(lambda n: with_padding(n, lambda pad: b"\xff" + pad.encode())),  # not UTF-8
         sizes.map(lambda n: with_padding(n, lambda pad: dump([pad]))),  # JSON, not an object
         sizes.map(lambda n: with_padding(n, good_call)[: n // 2]),  # truncated
-        sizes.map(lambda n: with_padding(n, lambda pad: _huge_call(queue, pad, task="celery.no_such_task"))),
+        sizes.map(
+            lambda n: with_padding(
+                n, lambda pad: _huge_call(queue, pad, task="celery.no_such_task")
+            )
+        ),
         sizes.map(lambda n: with_padding(n, lambda pad: _huge_call(queue, pad, listed=True))),
-        sizes.map(lambda n: with_padding(n, lambda pad: dump({**envelope(queue), "headers": [pad]}))),
+        sizes.map(
+            lambda n: with_padding(n, lambda pad: dump({**envelope(queue), "headers": [pad]}))
+        ),
     )
 
 
-def _huge_call(queue: str, pad: str, *, task: str = TASK_AT_LEAST_ONCE, listed: bool = False) -> bytes:
+def _huge_call(
+    queue: str, pad: str, *, task: str = TASK_AT_LEAST_ONCE, listed: bool = False
+) -> bytes:
     """A call to ``probe`` of task ``task`` whose arguments carry ``pad`` (in a list, not
     the object they must be, when ``listed``)."""
     env = envelope(queue, task=task, arguments={"secret": pad})
@@ -427,14 +435,28 @@ def _huge_call(queue: str, pad: str, *, task: str = TASK_AT_LEAST_ONCE, listed: 
 def unknown_versions(queue: str) -> st.SearchStrategy[bytes]:
     """Task messages of a version the worker does not speak: Celery's protocol 1, a
     body shaped as a later protocol might be, a task of a later toolexec."""
-    call_fields = {"call_id": f"call-{uuid.uuid4().hex[:12]}", "tool": "probe", "arguments": {"secret": MARK}}
+    call_fields = {
+        "call_id": f"call-{uuid.uuid4().hex[:12]}",
+        "tool": "probe",
+        "arguments": {"secret": MARK},
+    }
 
     def protocol_1(task: str) -> bytes:
         # Celery's protocol 1: no task header; the task, id and arguments in the body.
         env = envelope(queue, task=task)
         env["headers"] = {}
-        body = {"task": task, "id": call_fields["call_id"], "args": [], "kwargs": call_fields, "retries": 0,
-                "eta": None, "expires": None, "utc": True, "callbacks": None, "errbacks": None}  # fmt: skip
+        body = {
+            "task": task,
+            "id": call_fields["call_id"],
+            "args": [],
+            "kwargs": call_fields,
+            "retries": 0,
+            "eta": None,
+            "expires": None,
+            "utc": True,
+            "callbacks": None,
+            "errbacks": None,
+        }
         return with_body(env, body)
 
     def later_body(extra: Any) -> bytes:
@@ -448,7 +470,12 @@ def unknown_versions(queue: str) -> st.SearchStrategy[bytes]:
         st.sampled_from([TASK_AT_MOST_ONCE, TASK_AT_LEAST_ONCE]).map(protocol_1),
         json_values.map(later_body),
         st.sampled_from(
-            [f"{TASK_AT_MOST_ONCE}.v2", f"{TASK_AT_LEAST_ONCE}_v3", "toolexec.run_tool@2", "toolexec.call"]
+            [
+                f"{TASK_AT_MOST_ONCE}.v2",
+                f"{TASK_AT_LEAST_ONCE}_v3",
+                "toolexec.run_tool@2",
+                "toolexec.call",
+            ]
         ).map(later_task),
     )
 

@@ -28,7 +28,8 @@ def make_call(tool: str, /, **fields: Any) -> CallRequest:
 
 
 def next_reply(client: redis.Redis, reply_to: str, timeout: float = 5.0) -> tuple[str, CallOutcome]:
-    """Pop the next reply frame for ``reply_to`` (blocking up to ``timeout``): (call id, outcome)."""
+    """Pop the next reply frame for ``reply_to`` (blocking up to ``timeout``): (call id,
+    outcome)."""
     popped = client.blpop([keys.reply(reply_to)], timeout=timeout)
     assert popped is not None, f"no reply for {reply_to} within {timeout}s"
     frame = popped[1]

@@ -46,9 +46,9 @@ def server(any_server: RedisServer) -> RedisServer:
     """:func:`any_server`, which must speak ``BLMPOP`` (Redis 7.0): the read under test."""
     if _major(any_server) < 7:
         pytest.fail(
-            f"the batched-read tests need a redis-server 7.0 or newer on PATH (e.g. Debian's); "
-            f"found {any_server.description}, whose Redis lacks BLMPOP (a worker on it reads "
-            "with BRPOP, which test_a_broker_that_refuses_blmpop_is_read_with_brpop_after_one_warning "
+            "the batched-read tests need a redis-server 7.0 or newer on PATH (e.g. Debian's); "
+            f"found {any_server.description}, whose Redis lacks BLMPOP (a worker on it reads with "
+            "BRPOP, which test_a_broker_that_refuses_blmpop_is_read_with_brpop_after_one_warning "
             "shows)",
             pytrace=False,
         )
@@ -75,9 +75,12 @@ def publish(app: Celery, queue: kombu.Queue, count: int) -> None:
         producer = kombu.Producer(connection.default_channel)
         for number in range(count):
             producer.publish(
-                {"n": number}, exchange=queue.exchange, routing_key=queue.routing_key,
-                declare=[queue], serializer="json",
-            )  # fmt: skip
+                {"n": number},
+                exchange=queue.exchange,
+                routing_key=queue.routing_key,
+                declare=[queue],
+                serializer="json",
+            )
 
 
 def a_queue() -> kombu.Queue:
@@ -102,8 +105,9 @@ def test_kombus_brpop_start_is_still_the_method_toolexecs_channel_copied() -> No
     source = inspect.getsource(kombu_redis.Channel._brpop_start)
 
     assert hashlib.sha256(source.encode()).hexdigest() == KOMBU_BRPOP_START_SHA256, (
-        "kombu's Channel._brpop_start changed: carry the change into executor/seams/batched_read.py's "
-        "batched _brpop_start, then update KOMBU_BRPOP_START_SHA256"
+        "kombu's Channel._brpop_start changed: carry the change into "
+        "executor/seams/batched_read.py's batched _brpop_start, then update "
+        "KOMBU_BRPOP_START_SHA256"
     )
 
 
@@ -146,9 +150,10 @@ def test_a_read_takes_at_most_batch_max_messages(server: RedisServer, store: red
     taken: list[Any] = []
     with app.connection_for_read() as connection:
         consumer = kombu.Consumer(
-            connection.default_channel, queues=[queue],
+            connection.default_channel,
+            queues=[queue],
             callbacks=[lambda body, message: taken.append(message)],
-        )  # fmt: skip
+        )
         consumer.qos(prefetch_count=1000)
         consumer.consume()
 
@@ -167,9 +172,10 @@ def test_with_ack_emulation_each_read_takes_one_message_with_brpop(
     taken: list[Any] = []
     with app.connection_for_read() as connection:
         consumer = kombu.Consumer(
-            connection.default_channel, queues=[queue],
+            connection.default_channel,
+            queues=[queue],
             callbacks=[lambda body, message: taken.append(message)],
-        )  # fmt: skip
+        )
         consumer.qos(prefetch_count=3)
         consumer.consume()
 
@@ -226,9 +232,13 @@ def test_a_broker_that_refuses_blmpop_is_read_with_brpop_after_one_warning(
         # A deployment whose ACL predates the batched read: every command but BLMPOP.
         with redis.Redis.from_url(server.url) as client:
             client.acl_setuser(
-                "nolmpop", enabled=True, passwords=["+secret-of-the-test"], keys=["*"],
-                channels=["*"], commands=["+@all", "-blmpop"],
-            )  # fmt: skip
+                "nolmpop",
+                enabled=True,
+                passwords=["+secret-of-the-test"],
+                keys=["*"],
+                channels=["*"],
+                commands=["+@all", "-blmpop"],
+            )
         url = server.url_for("nolmpop", "secret-of-the-test")
     else:
         url = server.url  # Redis 6.2 knows no BLMPOP at all
@@ -240,9 +250,10 @@ def test_a_broker_that_refuses_blmpop_is_read_with_brpop_after_one_warning(
         app.connection_for_read() as connection,
     ):
         consumer = kombu.Consumer(
-            connection.default_channel, queues=[queue],
+            connection.default_channel,
+            queues=[queue],
             callbacks=[lambda body, message: taken.append(message)],
-        )  # fmt: skip
+        )
         consumer.qos(prefetch_count=3)
         consumer.consume()
 

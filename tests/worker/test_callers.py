@@ -34,9 +34,13 @@ def fast(settings: Settings) -> Settings:
 
 def _call(deadline: float | None = None) -> CallRequest:
     return CallRequest(
-        call_id=uuid.uuid4().hex, tool="echo", arguments={}, reply_to=f"client-{uuid.uuid4().hex}",
-        caller_beats=True, deadline=deadline,
-    )  # fmt: skip
+        call_id=uuid.uuid4().hex,
+        tool="echo",
+        arguments={},
+        reply_to=f"client-{uuid.uuid4().hex}",
+        caller_beats=True,
+        deadline=deadline,
+    )
 
 
 def test_a_caller_whose_key_is_there_is_alive_and_not_asked_again_for_a_third_of_an_interval(
@@ -50,7 +54,9 @@ def test_a_caller_whose_key_is_there_is_alive_and_not_asked_again_for_a_third_of
     assert caller_waits(client, call, settings=fast)
 
 
-def test_an_absent_key_is_a_death_only_after_a_whole_interval_of_looks(client: redis.Redis, fast: Settings) -> None:
+def test_an_absent_key_is_a_death_only_after_a_whole_interval_of_looks(
+    client: redis.Redis, fast: Settings
+) -> None:
     call = _call()
     assert look(client, call, settings=fast) is Verdict.UNSURE  # absent: the count starts
     started = time.monotonic()
@@ -58,18 +64,27 @@ def test_an_absent_key_is_a_death_only_after_a_whole_interval_of_looks(client: r
     assert time.monotonic() - started >= INTERVAL * 0.8  # the first look came before
     # The verdict is kept in the key: any worker now sheds the caller's calls at once.
     assert client.get(keys.caller(call.reply_to)) == b"gone"
-    assert look(client, _call().model_copy(update={"reply_to": call.reply_to}), settings=fast) is Verdict.GONE
+    assert (
+        look(client, _call().model_copy(update={"reply_to": call.reply_to}), settings=fast)
+        is Verdict.GONE
+    )
 
 
-def test_a_key_written_again_after_an_outage_keeps_the_callers_calls(client: redis.Redis, fast: Settings) -> None:
+def test_a_key_written_again_after_an_outage_keeps_the_callers_calls(
+    client: redis.Redis, fast: Settings
+) -> None:
     # A restart lost the key; the client writes it again a moment after Redis is back.
     call = _call()
-    threading.Timer(INTERVAL / 2, lambda: client.set(keys.caller(call.reply_to), "1", px=5000)).start()
+    threading.Timer(
+        INTERVAL / 2, lambda: client.set(keys.caller(call.reply_to), "1", px=5000)
+    ).start()
     assert caller_waits(client, call, settings=fast) is True
     assert not client.exists(keys.caller_absent(call.reply_to))  # the count of absence is dropped
 
 
-def test_a_pause_of_redis_breaks_the_count_of_absence_and_it_starts_again(client: redis.Redis, fast: Settings) -> None:
+def test_a_pause_of_redis_breaks_the_count_of_absence_and_it_starts_again(
+    client: redis.Redis, fast: Settings
+) -> None:
     call = _call()
     assert look(client, call, settings=fast) is Verdict.UNSURE
     # Redis takes no write for longer than half an interval (a CLIENT PAUSE): the look
@@ -110,7 +125,9 @@ def test_a_redis_that_cannot_be_asked_lets_the_call_run_after_two_intervals(
     assert "could not tell" in caplog.text
 
 
-def test_every_look_runs_as_the_acl_user_docs_security_gives(client: redis.Redis, fast: Settings) -> None:
+def test_every_look_runs_as_the_acl_user_docs_security_gives(
+    client: redis.Redis, fast: Settings
+) -> None:
     # The look's script reads and writes only what the documented ACL allows (a denial
     # would read as "cannot ask" and let a dead caller's call run after two intervals).
     rules = next(line for line in documented_acl() if line.startswith("user toolexec "))
@@ -118,7 +135,9 @@ def test_every_look_runs_as_the_acl_user_docs_security_gives(client: redis.Redis
     client.execute_command("ACL", "SETUSER", name, *rules.split()[2:], "resetpass", ">secret")
     try:
         kwargs = client.connection_pool.connection_kwargs
-        with redis.Redis(host=kwargs["host"], port=kwargs["port"], username=name, password="secret") as limited:
+        with redis.Redis(
+            host=kwargs["host"], port=kwargs["port"], username=name, password="secret"
+        ) as limited:
             call = _call()
             assert look(limited, call, settings=fast) is Verdict.UNSURE  # absent: counted
             assert caller_waits(limited, call, settings=fast) is False  # and judged gone
@@ -129,7 +148,9 @@ def test_every_look_runs_as_the_acl_user_docs_security_gives(client: redis.Redis
         client.execute_command("ACL", "DELUSER", name)
 
 
-def test_a_client_that_closed_and_is_used_again_is_waited_for_again(client: redis.Redis, fast: Settings) -> None:
+def test_a_client_that_closed_and_is_used_again_is_waited_for_again(
+    client: redis.Redis, fast: Settings
+) -> None:
     # close() says "gone"; the same client used again beats again under the same id.
     call = _call()
     client.set(keys.caller(call.reply_to), "gone", px=5000)

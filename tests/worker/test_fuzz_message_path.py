@@ -39,9 +39,15 @@ from .poison import MessagePath, dump, envelope, message_path
 _REFUSED_UNREAD = {"huge strings", "deep nesting"}
 
 SAMPLE = settings(
-    max_examples=10, deadline=None, database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
-)  # fmt: skip
+    max_examples=10,
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
 
 
 @pytest.fixture(scope="module")
@@ -86,8 +92,13 @@ def forged_item(path: MessagePath, tool: str, arguments: dict[str, Any]) -> byte
     """A well-formed envelope of a call to ``tool`` whose body carries ``arguments`` as forged."""
     env = envelope(path.queue, tool=tool)
     args, fields, embed = json.loads(base64.b64decode(env["body"]))
-    head = json.dumps({name: value for name, value in fields.items() if name != "arguments"} | {"arguments": None})
-    body = f"[{json.dumps(args)},{head[: head.rindex('null')]}{forged_json(arguments)}}},{json.dumps(embed)}]"
+    head = json.dumps(
+        {name: value for name, value in fields.items() if name != "arguments"} | {"arguments": None}
+    )
+    body = (
+        f"[{json.dumps(args)},{head[: head.rindex('null')]}{forged_json(arguments)}}},"
+        f"{json.dumps(embed)}]"
+    )
     return dump({**env, "body": base64.b64encode(body.encode()).decode()})
 
 
@@ -98,7 +109,11 @@ def test_forged_bad_arguments_are_refused_on_the_path_or_answered_invalid_naming
     path: MessagePath, category: str, data: st.DataObject
 ) -> None:
     # get_today_date requires nothing: no field of it can be missing.
-    tools = [t for t in STARTER_TOOLS if category != "missing fields" or starter(t).spec.parameters.get("required")]
+    tools = [
+        t
+        for t in STARTER_TOOLS
+        if category != "missing fields" or starter(t).spec.parameters.get("required")
+    ]
     tool = data.draw(st.sampled_from(tools), label="tool")
     case = CATEGORIES[category](data, starter(tool))
 
@@ -109,7 +124,12 @@ def test_forged_bad_arguments_are_refused_on_the_path_or_answered_invalid_naming
     if fed.dead_letters:
         assert category in _REFUSED_UNREAD, f"{category} was dead-lettered: {fed.dead_letters}"
         # Nested past the limit (wire/depth.py) but within the decoder's: refused as a call.
-        refusals = ("too_large", "not_json", "undecodable", *(("invalid_call",) if category == "deep nesting" else ()))
+        refusals = (
+            "too_large",
+            "not_json",
+            "undecodable",
+            *(("invalid_call",) if category == "deep nesting" else ()),
+        )
         assert fed.dead_letters[0]["reason"] in refusals, fed.dead_letters
         return
     call = CallRequest.model_validate(fed.requests[0].kwargs)  # what the task body does first

@@ -45,7 +45,9 @@ def idem() -> Idempotent:
 
 
 def call_of(idem: Idempotent, call_id: str) -> CallRequest:
-    return CallRequest(call_id=call_id, tool="book", reply_to=unique("client"), idempotency_key=idem.key)
+    return CallRequest(
+        call_id=call_id, tool="book", reply_to=unique("client"), idempotency_key=idem.key
+    )
 
 
 def claim_call(client: redis.Redis, idem: Idempotent, call: CallRequest) -> tuple[str, str]:
@@ -58,7 +60,12 @@ def begin_call(client: redis.Redis, call: CallRequest, tag: str = HOLDER) -> tup
 
 
 def complete_call(
-    client: redis.Redis, call: CallRequest, encoded: str = OK, *, store: bool = True, tag: str = HOLDER
+    client: redis.Redis,
+    call: CallRequest,
+    encoded: str = OK,
+    *,
+    store: bool = True,
+    tag: str = HOLDER,
 ) -> None:
     complete(client, call, encoded, store=store, holder=tag, outcome_ttl=120, reply_ttl=30)
 
@@ -180,7 +187,11 @@ def test_a_dead_holders_state_is_taken_over_and_its_joiners_are_told(
     counted: redis.Redis, idem: Idempotent
 ) -> None:
     # The holder's worker has no heartbeat: it is dead (patience 0: no wait for one).
-    dead, joiner, redelivery = call_of(idem, "call-1"), call_of(idem, "call-2"), call_of(idem, "call-3")
+    dead, joiner, redelivery = (
+        call_of(idem, "call-1"),
+        call_of(idem, "call-2"),
+        call_of(idem, "call-3"),
+    )
     counted.set(idem.state, running_state(f"{unique('gone')}@host:300|301"), px=TTL_MS)
     claim_call(counted, idem, dead)
     assert claim_call(counted, idem, joiner) == ("joined", "")

@@ -161,7 +161,9 @@ def test_a_message_of_a_version_the_worker_does_not_speak_is_refused_as_such(
     later_toolexec = envelope(queue, task=f"{TASK_AT_MOST_ONCE}.v2")
     cases = {
         # Celery's protocol 1: the task in the body, no task header.
-        with_body(protocol_1, {"task": TASK_AT_MOST_ONCE, "id": "call-v1", "args": [], "kwargs": call}): Refusal.NOT_A_TASK,
+        with_body(
+            protocol_1, {"task": TASK_AT_MOST_ONCE, "id": "call-v1", "args": [], "kwargs": call}
+        ): Refusal.NOT_A_TASK,
         # A body with a fourth element, as a later protocol might send.
         with_body(envelope(queue), [[], call, None, {"v": 3}]): Refusal.INVALID_CALL,
         # The task of a later toolexec.

@@ -144,9 +144,13 @@ def test_a_message_taken_but_not_acknowledged_goes_back_once_when_redis_returns_
         queue = kombu.Queue(name, kombu.Exchange(name, type="direct"), routing_key=name)
         with app.connection_for_write() as connection:
             kombu.Producer(connection.default_channel).publish(
-                {"call": 1}, exchange=queue.exchange, routing_key=name, declare=[queue],
-                headers={"id": "c1"}, serializer="json",
-            )  # fmt: skip
+                {"call": 1},
+                exchange=queue.exchange,
+                routing_key=name,
+                declare=[queue],
+                headers={"id": "c1"},
+                serializer="json",
+            )
         with redis.Redis.from_url(server.url) as store:
             assert store.llen(name) == 1
         taken: list[Any] = []

@@ -86,7 +86,7 @@ def retired() -> ExceptionInfo:
         return ExceptionInfo()
 
 
-def test_a_lost_at_least_once_call_is_requeued_until_the_limit_then_acknowledged_and_every_waiter_told(
+def test_a_lost_at_least_once_call_is_requeued_until_the_limit_then_acknowledged_and_every_waiter_told(  # noqa: E501
     celery_app: Celery, settings: Settings, client: redis.Redis, exited_pid: int
 ) -> None:
     app = app_with(celery_app, settings, max_deliveries=3)
@@ -113,8 +113,10 @@ def test_a_lost_at_least_once_call_is_requeued_until_the_limit_then_acknowledged
         assert call_id == waiter.call_id
         assert outcome.error is not None
         assert (outcome.error.kind, outcome.error.type, outcome.error.message) == (
-            ErrorKind.WORKER_LOST, "WorkerLost", expected,
-        )  # fmt: skip
+            ErrorKind.WORKER_LOST,
+            "WorkerLost",
+            expected,
+        )
     assert not client.exists(keys.claim(key))  # nothing stored: a retry in the run runs it again
     assert not client.exists(keys.state(key))
     assert (

@@ -135,7 +135,9 @@ def test_a_lost_at_most_once_call_that_callers_joined_tells_them_worker_lost_and
     key = unique("key")
     call, joiner = make_call("book", idempotency_key=key), make_call("book", idempotency_key=key)
     client.set(keys.claim(key), call.call_id, ex=60)
-    client.set(keys.state(key), running_state(holder(WORKER_HOSTNAME, exited_pid), waiters=True), ex=60)
+    client.set(
+        keys.state(key), running_state(holder(WORKER_HOSTNAME, exited_pid), waiters=True), ex=60
+    )
     client.rpush(keys.waiters(key), waiter_entry(joiner.reply_to, joiner.call_id))
     request = taken_request(app, call, TASK_AT_MOST_ONCE, Acks(), exited_pid)
 
@@ -223,7 +225,11 @@ def test_release_dead_child_deletes_only_a_marker_the_tag_still_holds(
     )
     tag = holder(WORKER_HOSTNAME, 4242)
     client.set(keys.state(mine.idempotency_key or ""), running_state(tag), ex=60)
-    client.set(keys.state(theirs.idempotency_key or ""), running_state(holder(WORKER_HOSTNAME, 4343)), ex=60)
+    client.set(
+        keys.state(theirs.idempotency_key or ""),
+        running_state(holder(WORKER_HOSTNAME, 4343)),
+        ex=60,
+    )
 
     assert release_dead_child(mine.model_dump(mode="json"), settings=settings, tag=tag) is True
     assert release_dead_child(theirs.model_dump(mode="json"), settings=settings, tag=tag) is False

@@ -1,4 +1,5 @@
-"""executor.task.run_call and executor.delivery.finish, called directly: the branches a worker adds nothing to."""
+"""executor.task.run_call and executor.delivery.finish, called directly: the branches a
+worker adds nothing to."""
 
 from __future__ import annotations
 
@@ -124,7 +125,9 @@ def test_run_call_joins_a_call_that_a_live_process_of_the_same_worker_holds(
     # the shared clock (Redis' TIME), which may stand a few ms from this process's.
     assert 34_000 < client.pttl(keys.waiters(key)) <= 35_100
     # Still the live holder's, now flagged: callers wait to be told.
-    assert parse_state(client.get(keys.state(key))) == KeyState(holder=holder(WORKER, live_pid), waiters=True)
+    assert parse_state(client.get(keys.state(key))) == KeyState(
+        holder=holder(WORKER, live_pid), waiters=True
+    )
 
 
 def test_a_second_delivery_of_a_key_this_process_runs_joins_it_under_the_joining_tag(
@@ -207,7 +210,11 @@ def test_run_call_stores_the_success_of_an_idempotent_call_for_its_repeats(
     assert outcome is not None and outcome.ok
     # The stored outcome replaces the running delivery's holder tag in the key's state.
     assert parse_state(client.get(keys.state(key))) == KeyState(outcome=outcome.model_dump_json())
-    assert settings.outcome_ttl * 1000 - 5_000 < client.pttl(keys.state(key)) <= settings.outcome_ttl * 1000
+    assert (
+        settings.outcome_ttl * 1000 - 5_000
+        < client.pttl(keys.state(key))
+        <= settings.outcome_ttl * 1000
+    )
 
 
 @pytest.mark.parametrize("cache_errors", [False, True])

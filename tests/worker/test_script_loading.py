@@ -34,6 +34,8 @@ def test_a_script_the_server_forgot_is_loaded_again_and_run(client: redis.Redis)
 
     assert not client.exists(key)
     assert client.script_exists(RELEASE.sha) == [True]
+
+
 @pytest.fixture(scope="module")
 def own_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A server of its own, whose scripts and command counts a test may reset."""
@@ -83,7 +85,10 @@ def test_the_agents_link_loads_each_forgotten_script_once_and_runs_the_entries_t
         # only SCRIPT LOAD ran since the reset.
         loads = counts.get("cmdstat_script|load") or counts["cmdstat_script"]
         assert loads["calls"] == 2  # once per script, not per entry
-        assert (counts["cmdstat_evalsha"]["calls"], counts["cmdstat_evalsha"]["failed_calls"]) == (6, 3)
+        assert (counts["cmdstat_evalsha"]["calls"], counts["cmdstat_evalsha"]["failed_calls"]) == (
+            6,
+            3,
+        )
 
 
 def test_the_agents_link_runs_known_scripts_by_sha_alone(own_server: RedisServer) -> None:
@@ -98,7 +103,10 @@ def test_the_agents_link_runs_known_scripts_by_sha_alone(own_server: RedisServer
         assert replies == [1]
         # No SCRIPT EXISTS or SCRIPT LOAD up front: one EVALSHA, answered.
         assert {name for name in counts if name.startswith("cmdstat_script")} == set()
-        assert (counts["cmdstat_evalsha"]["calls"], counts["cmdstat_evalsha"]["failed_calls"]) == (1, 0)
+        assert (counts["cmdstat_evalsha"]["calls"], counts["cmdstat_evalsha"]["failed_calls"]) == (
+            1,
+            0,
+        )
 
 
 def test_reloading_loads_each_script_once_then_sends_the_forgotten_entries_in_order() -> None:

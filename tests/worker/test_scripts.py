@@ -46,7 +46,9 @@ def begin(
     client: redis.Redis, idem: Idempotent, tag: str, *, take_over: bool = False, waiter: str = ""
 ) -> tuple[str, str]:
     return pair(
-        BEGIN.run(client, [idem.state, idem.waiters], [tag, TTL_MS, "1" if take_over else "0", waiter])
+        BEGIN.run(
+            client, [idem.state, idem.waiters], [tag, TTL_MS, "1" if take_over else "0", waiter]
+        )
     )
 
 

@@ -183,7 +183,8 @@ def test_a_successful_call_ends_its_task_as_a_success(
 
 
 def frames_of(client: redis.Redis, reply_to: str) -> list[tuple[str, Any]]:
-    """Every frame on ``reply_to``'s list, oldest first: ("progress", (seq, done, ...)) or ("outcome", ...)."""
+    """Every frame on ``reply_to``'s list, oldest first: ("progress", (seq, done, ...))
+    or ("outcome", ...)."""
     found: list[tuple[str, Any]] = []
     for frame in client.lrange(keys.reply(reply_to), 0, -1):
         _, is_progress, body = parse_frame(frame)

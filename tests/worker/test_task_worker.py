@@ -127,9 +127,12 @@ def test_a_message_celery_drops_as_expired_is_reported_expired_by_the_reply_back
     call_id, outcome = next_reply(client, call.reply_to)
     assert call_id == call.call_id
     assert outcome == CallOutcome.failure(
-        call.call_id, ErrorKind.EXPIRED, "DeadlineExpired",
-        "the deadline passed before a worker started this call", worker=WORKER_HOSTNAME,
-    )  # fmt: skip
+        call.call_id,
+        ErrorKind.EXPIRED,
+        "DeadlineExpired",
+        "the deadline passed before a worker started this call",
+        worker=WORKER_HOSTNAME,
+    )
     assert runs == []
 
 
@@ -238,7 +241,9 @@ def test_an_idempotent_call_held_by_a_live_delivery_joins_it_and_gets_its_outcom
     call_id, outcome = next_reply(client, second.reply_to)
     assert (call_id, outcome.result) == (second.call_id, "seat 7")
     assert runs == [7]
-    assert parse_state(client.get(keys.state(key))) == KeyState(outcome=first_outcome.model_dump_json())
+    assert parse_state(client.get(keys.state(key))) == KeyState(
+        outcome=first_outcome.model_dump_json()
+    )
 
 
 @pytest.mark.parametrize(
@@ -266,4 +271,9 @@ def test_an_idempotent_call_whose_holder_is_dead_is_taken_over_and_run(
     call_id, outcome = next_reply(client, call.reply_to)
     assert (call_id, outcome.ok, outcome.result) == (call.call_id, True, 11)
     assert runs == [(5, 6)]
-    assert CallOutcome.model_validate_json(parse_state(client.get(keys.state(key))).outcome or "").result == 11
+    assert (
+        CallOutcome.model_validate_json(
+            parse_state(client.get(keys.state(key))).outcome or ""
+        ).result
+        == 11
+    )

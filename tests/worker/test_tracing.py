@@ -53,14 +53,24 @@ def build(name: str, arguments: dict[str, Any], settings: Settings) -> PreparedC
     spec = get_tool(name)
     assert spec is not None
     return prepare_call(
-        spec.spec, arguments, validator=ArgumentValidator(name, spec.spec.parameters, max_bytes=settings.max_argument_bytes),
-        settings=settings, call_id=unique("call"), reply_to=unique("client"), timeout=30.0, run_id="run-traced",
-        idempotency_key=None, origin="tests",
-    )  # fmt: skip
+        spec.spec,
+        arguments,
+        validator=ArgumentValidator(
+            name, spec.spec.parameters, max_bytes=settings.max_argument_bytes
+        ),
+        settings=settings,
+        call_id=unique("call"),
+        reply_to=unique("client"),
+        timeout=30.0,
+        run_id="run-traced",
+        idempotency_key=None,
+        origin="tests",
+    )
 
 
 def send(app: Celery, call: PreparedCall) -> dict[str, Any]:
-    """Publish the client's message (its headers and body, as written) to the worker; the headers."""
+    """Publish the client's message (its headers and body, as written) to the worker;
+    the headers."""
     envelope = json.loads(call.envelope)
     with app.producer_or_acquire() as producer:
         producer.publish(

@@ -47,8 +47,8 @@ def parse_timeout(text: str | None) -> Timeout:
         seconds = math.nan
     if not math.isfinite(seconds) or seconds <= 0 or seconds > MAX_TIMEOUT:
         raise CommandFailed(
-            f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:.0f} (366 days), or 'none', "
-            f"not {text!r}",
+            f"--timeout must be a positive number of seconds, at most {MAX_TIMEOUT:.0f} (366 "
+            f"days), or 'none', not {text!r}",
             ExitCode.BAD_ARGUMENTS,
         )
     return seconds
@@ -68,7 +68,8 @@ def parse_arguments(words: Sequence[str], *, stdin: TextIO) -> dict[str, Any]:
         if word == "-" or word.startswith("@") or word.lstrip().startswith(("{", "[")):
             if whole is not None:
                 raise CommandFailed(
-                    f"give the arguments as one JSON object, @file or -: got {_shown(whole)} and {_shown(word)}",
+                    f"give the arguments as one JSON object, @file or -: got {_shown(whole)} and "
+                    f"{_shown(word)}",
                     ExitCode.BAD_ARGUMENTS,
                 )
             whole = word

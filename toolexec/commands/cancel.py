@@ -42,27 +42,39 @@ def cancel_call_command(client: ToolClient, call_id: str, *, as_json: bool, out:
         if was == "unknown" and not await _known(store, call_id):
             return was, None
         done = await cancel_call(
-            client, call_id, tool=record.get("tool", ""), queue="", envelope="",
+            client,
+            call_id,
+            tool=record.get("tool", ""),
+            queue="",
+            envelope="",
             generations=client.settings.max_deliveries,
-        )  # fmt: skip
+        )
         return was, done
 
     try:
         was, done = client.io.run(work, timeout=3 * cancels.TIMEOUT + 1)
     except (BrokerUnavailable, TimeoutError) as exc:
-        raise CommandFailed(one_line(str(exc) or "Redis did not answer in time"), ExitCode.BROKER_UNAVAILABLE) from None
+        raise CommandFailed(
+            one_line(str(exc) or "Redis did not answer in time"), ExitCode.BROKER_UNAVAILABLE
+        ) from None
     if done is None:
         raise CommandFailed(
-            f"no call {call_id} is known: no submitted call, sent message or running call of that id is kept "
-            "in Redis (check the id: CallHandle.id, or a RemoteToolError's call_id); nothing was cancelled",
+            f"no call {call_id} is known: no submitted call, sent message or running call of that "
+            "id is kept in Redis (check the id: CallHandle.id, or a RemoteToolError's call_id); "
+            "nothing was cancelled",
             ExitCode.NOT_FOUND,
         )
     if not done:
-        raise CommandFailed(f"call {call_id} had ended ({was}): nothing to cancel", ExitCode.TOOL_ERROR)
+        raise CommandFailed(
+            f"call {call_id} had ended ({was}): nothing to cancel", ExitCode.TOOL_ERROR
+        )
     if as_json:
         out.write(json.dumps({"call_id": call_id, "cancelled": True, "was": was}) + "\n")
     elif was == "unknown":
-        out.write(f"cancelled {call_id} on the workers (no submitted call of that id is kept: a queued or running call of it stops)\n")
+        out.write(
+            f"cancelled {call_id} on the workers (no submitted call of that id is kept: a queued "
+            "or running call of it stops)\n"
+        )
     else:
         out.write(f"cancelled {call_id} (it was {was})\n")
 
@@ -70,7 +82,9 @@ def cancel_call_command(client: ToolClient, call_id: str, *, as_json: bool, out:
 async def _known(store: Link, call_id: str) -> bool:
     """Whether Redis keeps any trace of a call ``call_id`` that has no record: the marker
     of its sent message, or the record of who runs it."""
-    (reply,) = await store.execute([("EXISTS", keys.sent(call_id), keys.running(call_id))], timeout=cancels.TIMEOUT)
+    (reply,) = await store.execute(
+        [("EXISTS", keys.sent(call_id), keys.running(call_id))], timeout=cancels.TIMEOUT
+    )
     if isinstance(reply, Refused | Unknown):
         raise BrokerUnavailable(f"cannot read call {call_id}: {reply.error}")
     return bool(reply)

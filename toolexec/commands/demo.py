@@ -98,7 +98,8 @@ def _run(root: Path, say: Callable[[str], None]) -> None:
                 info = worker.info
                 assert info is not None
                 say(
-                    f"started worker {info.hostname} (pid {info.pid}) serving: {', '.join(info.tools)}"
+                    f"started worker {info.hostname} (pid {info.pid}) serving: "
+                    f"{', '.join(info.tools)}"
                 )
             client = configure(Settings.from_env(env))
             try:
@@ -118,7 +119,8 @@ def _run(root: Path, say: Callable[[str], None]) -> None:
                 for result in provider.tool_results():
                     text = str(result.content)
                     say(
-                        f"  {result.tool_name or '?':<15} {text[:150]}{'...' if len(text) > 150 else ''}"
+                        f"  {result.tool_name or '?':<15} "
+                        f"{text[:150]}{'...' if len(text) > 150 else ''}"
                     )
                 say(f"\nagent answered: {envelope.text()}")
                 say(f"agent run took {elapsed:.2f} s; agent-process threads now: {_thread_count()}")

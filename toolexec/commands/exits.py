@@ -13,7 +13,7 @@
 | 8 | a ``TOOLEXEC_*`` setting is invalid (a bad value, a URL of a kind toolexec cannot use) |
 | 9 | the call was cancelled (``call``) |
 | 130 | interrupted (Ctrl-C) |
-"""
+"""  # noqa: E501
 
 from __future__ import annotations
 

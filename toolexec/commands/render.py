@@ -69,7 +69,10 @@ def _fields(row: dict[str, Any]) -> tuple[str, ...]:
 def _tool_block(row: dict[str, Any]) -> RenderableType:
     name, queue, idempotent, timeout, delivery, approval, _, description = _fields(row)
     lines = [
-        f"queue {queue} · idempotent {idempotent} · timeout {timeout} · delivery {delivery} · approval {approval}",
+        (
+            f"queue {queue} · idempotent {idempotent} · timeout {timeout} · delivery {delivery} · "
+            f"approval {approval}"
+        ),
         f"workers {', '.join(row['workers'])}",
     ]
     if description:
@@ -96,7 +99,12 @@ def status_view(snapshot: dict[str, Any]) -> RenderableType:
             ",".join(row["queues"]),
             row["pool"] or "?",
             str(row["concurrency"] or "?"),
-            str(row["running"]) + (f" ({row['ignoring_cancel']} ignoring a cancel)" if row.get("ignoring_cancel") else ""),
+            str(row["running"])
+            + (
+                f" ({row['ignoring_cancel']} ignoring a cancel)"
+                if row.get("ignoring_cancel")
+                else ""
+            ),
             _age(row["heartbeat_age"]),
             str(len(row["tools"])),
         )

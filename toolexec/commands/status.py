@@ -61,7 +61,8 @@ def show_status(
     count: int | None,
     only: str | None,
 ) -> None:
-    """Run ``toolexec status``: print one snapshot, or with ``watch`` one every ``interval`` seconds.
+    """Run ``toolexec status``: print one snapshot, or with ``watch`` one every
+    ``interval`` seconds.
 
     Raises:
         CommandFailed: The worker ``only`` is not live (exit code 4); the queues'

@@ -20,8 +20,8 @@ so the worker keeps the PID a supervisor started and gets its signals. Defaults:
 ``--pool asyncio`` is ``-P custom`` with ``CELERY_CUSTOM_WORKER_POOL`` naming toolexec's
 asyncio pool (:func:`toolexec.worker_process.pool_env`); ``--metrics-port P`` is
 ``TOOLEXEC_METRICS_PORT=P`` in the worker's environment, ``--metrics-host H``
-``TOOLEXEC_METRICS_HOST=H`` and ``--log-format json`` ``TOOLEXEC_LOG_FORMAT=json``. ``celery -A executor worker``
-works as before; this is a shorter way to the same worker.
+``TOOLEXEC_METRICS_HOST=H`` and ``--log-format json`` ``TOOLEXEC_LOG_FORMAT=json``.
+``celery -A executor worker`` works as before; this is a shorter way to the same worker.
 """
 
 from __future__ import annotations
@@ -73,13 +73,21 @@ def run_worker(
         )
     split = [q.strip() for word in queues for q in word.split(",") if q.strip()]
     env = worker_env(
-        os.environ, pool=pool, metrics_port=metrics_port, metrics_host=metrics_host, log_format=log_format
+        os.environ,
+        pool=pool,
+        metrics_port=metrics_port,
+        metrics_host=metrics_host,
+        log_format=log_format,
     )
     check_tool_modules(Settings.from_env(env), Path.cwd())
     argv = worker_argv(
-        pool=pool, concurrency=concurrency, queues=split, name=hostname, loglevel=loglevel,
+        pool=pool,
+        concurrency=concurrency,
+        queues=split,
+        name=hostname,
+        loglevel=loglevel,
         extra=celery_args,
-    )  # fmt: skip
+    )
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(argv[0], argv, env)
@@ -96,10 +104,17 @@ def worker_argv(
 ) -> list[str]:
     """The ``celery worker`` command line ``toolexec worker`` runs (module docstring)."""
     argv = [
-        sys.executable, "-m", "celery", "-A", "executor", "worker",
-        "--without-gossip", "--without-mingle",
-        "-P", "custom" if pool == "asyncio" else pool,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "executor",
+        "worker",
+        "--without-gossip",
+        "--without-mingle",
+        "-P",
+        "custom" if pool == "asyncio" else pool,
+    ]
     if concurrency is not None:
         argv += ["-c", str(concurrency)]
     if queues:
@@ -112,9 +127,13 @@ def worker_argv(
 
 
 def worker_env(
-    environ: Mapping[str, str], *, pool: Pool, metrics_port: int | None,
-    metrics_host: str | None = None, log_format: str | None = None,
-) -> dict[str, str]:  # fmt: skip
+    environ: Mapping[str, str],
+    *,
+    pool: Pool,
+    metrics_port: int | None,
+    metrics_host: str | None = None,
+    log_format: str | None = None,
+) -> dict[str, str]:
     """The worker's environment: ``environ`` with the pool's variables and those of
     ``--metrics-port``, ``--metrics-host`` and ``--log-format`` (when given).
 
@@ -123,8 +142,10 @@ def worker_env(
     """
     env = {**environ, **pool_env(pool)}
     for field, value in (
-        ("metrics_port", metrics_port), ("metrics_host", metrics_host), ("log_format", log_format),
-    ):  # fmt: skip
+        ("metrics_port", metrics_port),
+        ("metrics_host", metrics_host),
+        ("log_format", log_format),
+    ):
         if value is not None:
             env[ENVIRONMENT_VARIABLES[field]] = str(value)
     Settings.from_env(env)  # ConfigurationError: main() prints it on one line

@@ -1,4 +1,5 @@
-"""What a doctor check finds: a :class:`Check`, passed or failed with a fix, and how it shows a URL."""
+"""What a doctor check finds: a :class:`Check`, passed or failed with a fix, and how it
+shows a URL."""
 
 from __future__ import annotations
 
@@ -48,5 +49,7 @@ def shown(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url.split("?", 1)[0]
-    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{parts.username or ''}:***@{parts.hostname}" + (
+        f":{parts.port}" if parts.port else ""
+    )
     return parts._replace(netloc=netloc, query="").geturl()

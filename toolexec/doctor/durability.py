@@ -40,7 +40,8 @@ def ttls(settings: Settings, client: redis.Redis, sample: int) -> Check:
     """The ttls check, over at most ``sample`` ``toolexec:*`` keys."""
     # The TTL settings themselves are positive: Settings refuses anything else.
     set_to = ", ".join(
-        f"{ENVIRONMENT_VARIABLES[name]}={getattr(settings, name):g}s" for name in ("reply_ttl", "outcome_ttl")
+        f"{ENVIRONMENT_VARIABLES[name]}={getattr(settings, name):g}s"
+        for name in ("reply_ttl", "outcome_ttl")
     )
     try:
         names: list[bytes] = []
@@ -55,17 +56,23 @@ def ttls(settings: Settings, client: redis.Redis, sample: int) -> Check:
     except redis.RedisError as exc:
         return cannot_read("ttls", f"Redis at {shown(settings.redis_url)}", explain(exc))
     forever = sorted(
-        text for name, ttl in zip(names, found, strict=True)
+        text
+        for name, ttl in zip(names, found, strict=True)
         if ttl == -1 and (text := name.decode(errors="replace")) not in _NO_TTL
-    )  # fmt: skip
-    looked = f"{len(names)} toolexec keys looked at" + (f" (a sample of {sample})" if len(names) >= sample else "")
+    )
+    looked = f"{len(names)} toolexec keys looked at" + (
+        f" (a sample of {sample})" if len(names) >= sample else ""
+    )
     if forever:
-        listed = ", ".join(forever[:5]) + (f" and {len(forever) - 5} more" if len(forever) > 5 else "")
+        listed = ", ".join(forever[:5]) + (
+            f" and {len(forever) - 5} more" if len(forever) > 5 else ""
+        )
         return failed(
-            "ttls", f"{len(forever)} of {looked} have no TTL: {listed}",
+            "ttls",
+            f"{len(forever)} of {looked} have no TTL: {listed}",
             fix="every toolexec key but the catalog expires: these were written by something else "
             "(an older version, a script); EXPIRE or DEL them",
-        )  # fmt: skip
+        )
     return passed("ttls", f"{set_to}; {looked}, none without a TTL but the catalog")
 
 
@@ -83,15 +90,22 @@ def visibility_timeout(settings: Settings, specs: Iterable[ToolSpec]) -> Check:
         if spec.hard_timeout is not None and spec.hard_timeout + CELERY_LIMIT_MARGIN >= limit
     )
     if over:
-        listed = ", ".join(f"{name} ({hard:g}s, Celery's limit {hard + CELERY_LIMIT_MARGIN:g}s)" for name, hard in over)
+        listed = ", ".join(
+            f"{name} ({hard:g}s, Celery's limit {hard + CELERY_LIMIT_MARGIN:g}s)"
+            for name, hard in over
+        )
         longest = max(hard for _, hard in over) + CELERY_LIMIT_MARGIN
         return failed(
-            "visibility-timeout", f"TOOLEXEC_VISIBILITY_TIMEOUT is {limit}s; hard limits that reach it: {listed}",
-            fix=f"set TOOLEXEC_VISIBILITY_TIMEOUT above {longest:g}, or Redis redelivers calls that are "
-            "still running (with ack emulation)",
-        )  # fmt: skip
+            "visibility-timeout",
+            f"TOOLEXEC_VISIBILITY_TIMEOUT is {limit}s; hard limits that reach it: {listed}",
+            fix=(
+                f"set TOOLEXEC_VISIBILITY_TIMEOUT above {longest:g}, or Redis redelivers calls "
+                "that are still running (with ack emulation)"
+            ),
+        )
     return passed(
-        "visibility-timeout", f"{limit}s, above every tool's hard limit plus Celery's {CELERY_LIMIT_MARGIN:g}s margin"
+        "visibility-timeout",
+        f"{limit}s, above every tool's hard limit plus Celery's {CELERY_LIMIT_MARGIN:g}s margin",
     )
 
 
@@ -113,18 +127,24 @@ def persistence(client: redis.Redis, specs: Iterable[ToolSpec], catalog_error: s
         aof = _append_only(client)
     except redis.RedisError as exc:
         return failed(
-            "persistence", f"idempotent tools ({tools}) are registered, and Redis does not say whether it keeps an "
-            f"append-only file: {explain(exc)}",
-            fix="run the doctor as a Redis user allowed CONFIG GET or INFO, or check that the server runs "
-            "with appendonly yes",
-        )  # fmt: skip
+            "persistence",
+            f"idempotent tools ({tools}) are registered, and Redis does not say whether it keeps "
+            f"an append-only file: {explain(exc)}",
+            fix=(
+                "run the doctor as a Redis user allowed CONFIG GET or INFO, or check that the "
+                "server runs with appendonly yes"
+            ),
+        )
     if not aof:
         return failed(
-            "persistence", f"idempotent tools ({tools}) are registered, and Redis keeps no append-only file: a restart "
-            "forgets the stored outcomes that stop a repeated call from running again",
-            fix="run Redis with appendonly yes (appendfsync everysec or always); in docker-compose, "
-            "command: redis-server --appendonly yes, with a volume for /data",
-        )  # fmt: skip
+            "persistence",
+            f"idempotent tools ({tools}) are registered, and Redis keeps no append-only file: a "
+            "restart forgets the stored outcomes that stop a repeated call from running again",
+            fix=(
+                "run Redis with appendonly yes (appendfsync everysec or always); in "
+                "docker-compose, command: redis-server --appendonly yes, with a volume for /data"
+            ),
+        )
     return passed("persistence", f"append-only file on; idempotent tools: {tools}")
 
 
@@ -153,8 +173,15 @@ def eviction(settings: Settings, client: redis.Redis) -> Check:
         return cannot_read("eviction", f"the maxmemory-policy of {where}", explain(exc))
     if policy != KEEPS_KEYS:
         return failed(
-            "eviction", f"{where} evicts keys when it is full (maxmemory-policy {policy}): the claims, holder "
-            "records and heartbeats that keep calls from running twice would be dropped, and workers refuse to start",
-            fix=f"CONFIG SET maxmemory-policy {KEEPS_KEYS} (and maxmemory-policy {KEEPS_KEYS} in redis.conf)",
-        )  # fmt: skip
-    return passed("eviction", f"maxmemory-policy {KEEPS_KEYS}: a full Redis refuses writes and evicts nothing")
+            "eviction",
+            f"{where} evicts keys when it is full (maxmemory-policy {policy}): the claims, holder "
+            "records and heartbeats that keep calls from running twice would be dropped, and "
+            "workers refuse to start",
+            fix=(
+                f"CONFIG SET maxmemory-policy {KEEPS_KEYS} (and maxmemory-policy {KEEPS_KEYS} in "
+                "redis.conf)"
+            ),
+        )
+    return passed(
+        "eviction", f"maxmemory-policy {KEEPS_KEYS}: a full Redis refuses writes and evicts nothing"
+    )

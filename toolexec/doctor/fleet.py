@@ -47,13 +47,18 @@ def same_tools_per_queue(client: redis.Redis) -> Check:
     missing = live.missing_tools()
     if not missing:
         queues = sorted({queue for worker in live.workers for queue in worker.queues})
-        return passed(name, f"{len(live.workers)} live worker(s); on each of "
-                      f"{', '.join(queues) or 'no queue'} every worker serves the same tools")  # fmt: skip
+        return passed(
+            name,
+            f"{len(live.workers)} live worker(s); on each of "
+            f"{', '.join(queues) or 'no queue'} every worker serves the same tools",
+        )
     found = "; ".join(
-        f"{worker.worker_id} consumes {queue!r} without {', '.join(tools)}" for worker, queue, tools in missing
+        f"{worker.worker_id} consumes {queue!r} without {', '.join(tools)}"
+        for worker, queue, tools in missing
     )
     return failed(
-        name, f"{found}: calls for those tools that worker takes fail with ToolNotFound",
+        name,
+        f"{found}: calls for those tools that worker takes fail with ToolNotFound",
         fix="load the same TOOLEXEC_TOOL_MODULES on every worker of a queue (docs/deploy.md), "
-            "or give the other tools a queue of their own",
-    )  # fmt: skip
+        "or give the other tools a queue of their own",
+    )

@@ -48,7 +48,9 @@ def run_checks(
         sample: At most this many ``toolexec:*`` keys are looked at for a TTL.
     """
     own_client = client is None
-    redis_client = client or redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3, socket_timeout=5)
+    redis_client = client or redis.Redis.from_url(
+        settings.redis_url, socket_connect_timeout=3, socket_timeout=5
+    )
     try:
         celery_check, specs = json_only(settings, app, local_specs)
         catalog, catalog_error = catalog_specs(redis_client)
@@ -77,18 +79,24 @@ def _table(checks: Sequence[Check]) -> Any:
     table.add_column("found")
     table.add_column("fix")
     for check in checks:
-        table.add_row(check.name, "[green]ok[/]" if check.ok else "[red]FAIL[/]", check.message, check.fix)
+        table.add_row(
+            check.name, "[green]ok[/]" if check.ok else "[red]FAIL[/]", check.message, check.fix
+        )
     return table
 
 
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run the checks and print them; 0 when all pass, 1 when one fails, 8 for bad settings."""
-    parser = argparse.ArgumentParser(prog="toolexec doctor", description="Check a toolexec deployment; say what to fix.")
+    parser = argparse.ArgumentParser(
+        prog="toolexec doctor", description="Check a toolexec deployment; say what to fix."
+    )
     parser.add_argument("--json", action="store_true", help="print the checks as JSON")
     parser.add_argument(
-        "--app", default=None, metavar="MODULE[:ATTR]",
+        "--app",
+        default=None,
+        metavar="MODULE[:ATTR]",
         help="the workers' Celery app, if not toolexec's own (what they pass to celery -A)",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     try:
         settings = Settings.from_env(environ)

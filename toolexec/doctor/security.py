@@ -1,4 +1,5 @@
-"""The doctor's security checks (docs/security.md): ``json-only``, ``transport-security``, ``signing``.
+"""The doctor's security checks (docs/security.md): ``json-only``,
+``transport-security``, ``signing``.
 
 * ``json-only``: the worker app reads and writes JSON only, whatever its configuration
   comes from (``--app``, ``CELERY_CONFIG_MODULE``, ``celeryconfig``); building the app
@@ -33,7 +34,9 @@ _INSECURE_CERT_REQS = frozenset({"none", "cert_none", "optional", "cert_optional
 # -- json-only ---------------------------------------------------------------------------
 
 
-def json_only(settings: Settings, app: Any, local_specs: Iterable[ToolSpec] | None) -> tuple[Check, list[ToolSpec]]:
+def json_only(
+    settings: Settings, app: Any, local_specs: Iterable[ToolSpec] | None
+) -> tuple[Check, list[ToolSpec]]:
     """The json-only check, and the tools the worker registers.
 
     Each step runs on its own, so a failure of one (a tool module that does not import,
@@ -65,18 +68,30 @@ def json_only(settings: Settings, app: Any, local_specs: Iterable[ToolSpec] | No
             problems = json_only_problems(app.conf)
         except Exception as exc:  # noqa: BLE001 - a user's app module may raise anything: report it
             errors.append(str(exc) or type(exc).__name__)
-    specs = list(local_specs) if local_specs is not None else [d.spec for d in registered_tools().values()]
+    specs = (
+        list(local_specs)
+        if local_specs is not None
+        else [d.spec for d in registered_tools().values()]
+    )
     if errors:
         return failed(
-            "json-only", f"cannot build the worker app to read its Celery configuration: {errors[0]}",
-            fix="fix the error above (the tool modules and the app must import here), then run the doctor again",
-        ), specs  # fmt: skip
+            "json-only",
+            f"cannot build the worker app to read its Celery configuration: {errors[0]}",
+            fix=(
+                "fix the error above (the tool modules and the app must import here), then run the "
+                "doctor again"
+            ),
+        ), specs
     if problems:
         return failed(
-            "json-only", "the worker app's Celery configuration allows more than JSON: " + ", ".join(problems),
-            fix="remove these settings (a --config module, celeryconfig.py, app.conf.update): a pickled "
-            "message runs code of its sender's choosing; workers refuse to start with them",
-        ), specs  # fmt: skip
+            "json-only",
+            "the worker app's Celery configuration allows more than JSON: " + ", ".join(problems),
+            fix=(
+                "remove these settings (a --config module, celeryconfig.py, app.conf.update): a "
+                "pickled message runs code of its sender's choosing; workers refuse to start with "
+                "them"
+            ),
+        ), specs
     return passed("json-only", "the worker app reads and writes JSON only"), specs
 
 
@@ -111,8 +126,15 @@ def url_problems(url: str) -> list[str]:
     cert_reqs = unquote(query.get("ssl_cert_reqs", "required")).lower()
     if parts.scheme == "rediss" and cert_reqs in _INSECURE_CERT_REQS:
         problems.append(f"ssl_cert_reqs={cert_reqs} turns the server certificate check off")
-    if not _is_loopback(parts.hostname or "localhost") and parts.scheme != "rediss" and not parts.password:
-        problems.append(f"{parts.hostname} is off the loopback interface, and the URL has neither TLS nor a password")
+    if (
+        not _is_loopback(parts.hostname or "localhost")
+        and parts.scheme != "rediss"
+        and not parts.password
+    ):
+        problems.append(
+            f"{parts.hostname} is off the loopback interface, and the URL has neither TLS nor a "
+            "password"
+        )
     return problems
 
 
@@ -132,15 +154,25 @@ def _amqp_problems(parts: SplitResult) -> list[str]:
 def transport_security(settings: Settings) -> Check:
     """The transport-security check: :func:`url_problems` of the broker and Redis URLs."""
     urls = {"TOOLEXEC_BROKER_URL": settings.broker_url, "TOOLEXEC_REDIS_URL": settings.redis_url}
-    found = [f"{name} ({shown(url)}): {problem}" for name, url in urls.items() for problem in url_problems(url)]
+    found = [
+        f"{name} ({shown(url)}): {problem}"
+        for name, url in urls.items()
+        for problem in url_problems(url)
+    ]
     if found:
         return failed(
-            "transport-security", "; ".join(found),
-            fix="use rediss:// with ssl_cert_reqs=required and ssl_ca_certs=<your CA>, and an ACL user "
-            "with a password (docs/security.md); for RabbitMQ, amqps:// and a user of its own, not guest; "
-            "anyone who reaches an open broker can make workers run tools",
-        )  # fmt: skip
-    return passed("transport-security", "every broker and Redis URL is on loopback, or has TLS or credentials of its own")
+            "transport-security",
+            "; ".join(found),
+            fix=(
+                "use rediss:// with ssl_cert_reqs=required and ssl_ca_certs=<your CA>, and an ACL "
+                "user with a password (docs/security.md); for RabbitMQ, amqps:// and a user of its "
+                "own, not guest; anyone who reaches an open broker can make workers run tools"
+            ),
+        )
+    return passed(
+        "transport-security",
+        "every broker and Redis URL is on loopback, or has TLS or credentials of its own",
+    )
 
 
 # -- signing -----------------------------------------------------------------------------
@@ -154,8 +186,9 @@ def signing(settings: Settings) -> Check:
         return passed("signing", f"the broker is on this machine; signing is {state}")
     if settings.signing_key is None:
         return failed(
-            "signing", f"workers take calls from {host}, beyond this machine, and TOOLEXEC_SIGNING_KEY is not set: "
-            "anything that can write to a queue can make them run a tool",
+            "signing",
+            f"workers take calls from {host}, beyond this machine, and TOOLEXEC_SIGNING_KEY is not "
+            "set: anything that can write to a queue can make them run a tool",
             fix=f"set the same TOOLEXEC_SIGNING_KEY on every worker and client ({MAKE_KEY})",
-        )  # fmt: skip
+        )
     return passed("signing", f"the broker is {host}; calls are signed")

@@ -73,16 +73,20 @@ async def approval(
             request = types.ElicitRequest(
                 params=types.ElicitRequestFormParams(message=message, requested_schema=_NO_FIELDS)
             )
-            return types.InputRequiredResult(input_requests={APPROVAL_INPUT_KEY: request}, request_state=state)
+            return types.InputRequiredResult(
+                input_requests={APPROVAL_INPUT_KEY: request}, request_state=state
+            )
         _check(params.name, _action(answer))
         return None
     _require_elicitation(ctx, params.name)
     try:
-        result = await ctx.session.elicit_form(message, _NO_FIELDS, related_request_id=ctx.request_id)
+        result = await ctx.session.elicit_form(
+            message, _NO_FIELDS, related_request_id=ctx.request_id
+        )
     except MCPError as exc:
         raise Refused(
-            f"tool {params.name!r} requires approval, and the host did not answer the request for it ({exc}); "
-            "the call was not sent"
+            f"tool {params.name!r} requires approval, and the host did not answer the request for "
+            f"it ({exc}); the call was not sent"
         ) from None
     _check(params.name, result.action)
     return None
@@ -92,22 +96,26 @@ def _require_elicitation(ctx: Context, tool: str) -> None:
     capabilities = ctx.session.client_capabilities
     if capabilities is None or capabilities.elicitation is None:
         raise Refused(
-            f"tool {tool!r} requires approval, and this MCP client cannot be asked for it (it declares no "
-            "elicitation capability); the call was not sent. Use a host that supports elicitation, or have "
-            "the operator start the server with `toolexec mcp --approve-all`"
+            f"tool {tool!r} requires approval, and this MCP client cannot be asked for it (it "
+            "declares no elicitation capability); the call was not sent. Use a host that supports "
+            "elicitation, or have the operator start the server with `toolexec mcp --approve-all`"
         )
 
 
 def _check(tool: str, action: str | None) -> None:
     if action == "accept":
         return
-    said = {"decline": "declined", "cancel": "cancelled"}.get(action or "", f"answered {action!r} to")
+    said = {"decline": "declined", "cancel": "cancelled"}.get(
+        action or "", f"answered {action!r} to"
+    )
     logger.info("tools/call %r: the user %s its approval; not sent", tool, said)
     raise Refused(f"the user {said} the approval of this call to {tool!r}; it was not run")
 
 
 def _action(answer: Any) -> str | None:
-    action = answer.get("action") if isinstance(answer, Mapping) else getattr(answer, "action", None)
+    action = (
+        answer.get("action") if isinstance(answer, Mapping) else getattr(answer, "action", None)
+    )
     return action if isinstance(action, str) else None
 
 

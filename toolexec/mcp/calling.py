@@ -102,9 +102,12 @@ async def call_tool(
         forward = progress_forwarder(ctx)
         with sent_calls() as sent:
             result = await remote.invoke(
-                params.arguments or {}, timeout=timeout, run_id=run_id, started=arrived,
+                params.arguments or {},
+                timeout=timeout,
+                run_id=run_id,
+                started=arrived,
                 on_progress=None if forward is None else forward_progress(forward),
-            )  # fmt: skip
+            )
     except (RemoteToolError, MetaInvalid, Refused) as exc:
         logger.debug("tools/call %r: %s", params.name, type(exc).__name__)
         return _error_result(exc)
@@ -115,7 +118,9 @@ async def call_tool(
     return tool_result(result, None, call_id=sent[-1].call_id if sent else None)
 
 
-def tool_result(value: Any, error: BaseException | None, *, call_id: str | None = None) -> types.CallToolResult:
+def tool_result(
+    value: Any, error: BaseException | None, *, call_id: str | None = None
+) -> types.CallToolResult:
     """The ``CallToolResult`` of a call that returned ``value``, or failed with ``error``;
     its ``_meta`` names the call (:data:`CALL_ID_META_KEY`) when there was one."""
     if error is not None:
@@ -168,7 +173,9 @@ def structured(result: Any) -> dict[str, Any]:
 
 
 def _error_result(exc: BaseException) -> types.CallToolResult:
-    message = str(exc) if isinstance(exc, RemoteToolError | MetaInvalid) else f"toolexec failed: {exc}"
+    message = (
+        str(exc) if isinstance(exc, RemoteToolError | MetaInvalid) else f"toolexec failed: {exc}"
+    )
     call_id = exc.call_id if isinstance(exc, RemoteToolError) else None
     return types.CallToolResult(
         content=[types.TextContent(text=message)],

@@ -3,10 +3,11 @@
 ``tools/list`` is what ``remote_tools()`` gives: each tool's name, description and JSON
 Schema (``inputSchema``), with ``idempotentHint`` for idempotent tools, and
 ``readOnlyHint: false`` and ``_meta["toolexec/requires_approval"]`` for tools a person
-approves (asked through elicitation before each call, :mod:`toolexec.mcp.approval`) (:mod:`toolexec.mcp.meta`). With Redis
-unreachable it answers a protocol error: there is no list to give. It waits only for
-the catalog's bounded read (``agent_client.catalog.READ_TIMEOUT``), on the client's
-I/O thread, never blocking the server's loop.
+approves (asked through elicitation before each call, :mod:`toolexec.mcp.approval`)
+(:mod:`toolexec.mcp.meta`). With Redis unreachable it answers a protocol error: there is
+no list to give. It waits only for the catalog's bounded read
+(``agent_client.catalog.READ_TIMEOUT``), on the client's I/O thread, never blocking the
+server's loop.
 
 A watcher (:func:`watch_catalog`) reads the catalog every heartbeat interval and, when
 a tool appears, disappears or its spec changes (a worker joined or left), calls the
@@ -86,7 +87,8 @@ async def _catalog_state(client: ToolClient) -> tuple[str, ...] | None:
 
 
 async def watch_catalog(client: ToolClient, announce: Callable[[], Awaitable[None]]) -> None:
-    """Call ``announce`` when the tool list changes, read every heartbeat interval, until cancelled."""
+    """Call ``announce`` when the tool list changes, read every heartbeat interval,
+    until cancelled."""
     seen = await _catalog_state(client)
     while True:
         await anyio.sleep(client.settings.heartbeat_interval)

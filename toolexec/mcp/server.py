@@ -82,7 +82,8 @@ class _ListChangingServer(Server[None]):
 
 
 class ToolexecMCP:
-    """The MCP server over one :class:`ToolClient`; :func:`serve_stdio` and :func:`serve_http` run it.
+    """The MCP server over one :class:`ToolClient`; :func:`serve_stdio` and
+    :func:`serve_http` run it.
 
     Args:
         client: The client that reads the catalog and runs the calls.
@@ -92,7 +93,9 @@ class ToolexecMCP:
             host (``toolexec mcp --approve-all``).
     """
 
-    def __init__(self, client: ToolClient, *, session_key: str | None, approve_all: bool = False) -> None:
+    def __init__(
+        self, client: ToolClient, *, session_key: str | None, approve_all: bool = False
+    ) -> None:
         self.client = client
         self.approve_all = approve_all
         self._sessions = Sessions(session_key)
@@ -102,7 +105,9 @@ class ToolexecMCP:
         self.server: Server[None] = _ListChangingServer(
             "toolexec",
             version=_version(),
-            instructions="Tools that run on toolexec's Celery workers; the list follows the live workers.",
+            instructions=(
+                "Tools that run on toolexec's Celery workers; the list follows the live workers."
+            ),
             lifespan=self._lifespan,
             get_tool_input_schema=self._input_schema,
             on_list_tools=self._list_tools,
@@ -123,10 +128,14 @@ class ToolexecMCP:
         arrived = time.monotonic()  # the call's deadline counts from here, a catalog read included
         session = self._sessions.of(ctx)
         return await call_tool(
-            self.client, ctx, params,
-            session_run_id=session.run_id if session is not None else None, arrived=arrived,
-            tasks=self.tasks if declares_tasks(ctx) else None, approve_all=self.approve_all,
-        )  # fmt: skip
+            self.client,
+            ctx,
+            params,
+            session_run_id=session.run_id if session is not None else None,
+            arrived=arrived,
+            tasks=self.tasks if declares_tasks(ctx) else None,
+            approve_all=self.approve_all,
+        )
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
         return input_schema(self.client, name)
@@ -171,7 +180,9 @@ def serve_stdio(settings: Settings, *, approve_all: bool = False) -> int:
     return 0
 
 
-def serve_http(settings: Settings, host: str = "127.0.0.1", port: int = 8000, *, approve_all: bool = False) -> int:
+def serve_http(
+    settings: Settings, host: str = "127.0.0.1", port: int = 8000, *, approve_all: bool = False
+) -> int:
     """Serve the catalog over streamable HTTP at ``http://HOST:PORT/mcp`` until SIGINT/SIGTERM."""
     import uvicorn
 

@@ -1,4 +1,5 @@
-"""The MCP sessions the server remembers: each one's toolexec run, and how to tell it the list changed.
+"""The MCP sessions the server remembers: each one's toolexec run, and how to tell it
+the list changed.
 
 A session is the stdio server's one client, or one streamable HTTP session
 (``Mcp-Session-Id``); a 2026-07-28 HTTP client has none. Each session is one toolexec

@@ -193,9 +193,14 @@ class TaskRequests:
         self._streams.add(send)
         try:
             with self._store.listening(on_task):
-                await self._notify(ctx, types.SubscriptionsAcknowledgedNotification(
-                    params=types.SubscriptionsAcknowledgedNotificationParams(notifications=honored, _meta=meta)
-                ))  # fmt: skip
+                await self._notify(
+                    ctx,
+                    types.SubscriptionsAcknowledgedNotification(
+                        params=types.SubscriptionsAcknowledgedNotificationParams(
+                            notifications=honored, _meta=meta
+                        )
+                    ),
+                )
                 for task in tasks.values():  # where each stands now: it may have ended already
                     on_task(task)
                 async for note in receive:

@@ -6,11 +6,12 @@ A 2026-07-28 request that declares the extension in its capabilities
 ``RemoteTool.submit_async`` and the response (``resultType: "task"``) names it by its
 toolexec call id once the call is durably queued, its record and message confirmed (so
 ``tasks/get`` finds it from any session of any ``toolexec mcp`` process, also after the
-session and the process that created it are gone). A request that does not declare it, and every handshake-era
-session (the extension is not defined there), gets the result as before. A call refused
-before it is sent (a bad ``_meta``, invalid arguments, a tool no worker serves), or one
-that could not be queued by its deadline (Redis unreachable), is answered with its error
-result at once, which the spec allows: the server decides, per request, whether to make a task.
+session and the process that created it are gone). A request that does not declare it,
+and every handshake-era session (the extension is not defined there), gets the result as
+before. A call refused before it is sent (a bad ``_meta``, invalid arguments, a tool no
+worker serves), or one that could not be queued by its deadline (Redis unreachable), is
+answered with its error result at once, which the spec allows: the server decides, per
+request, whether to make a task.
 
 How a call's state reads as a task (:meth:`Task.wire`, what ``tasks/get`` and
 ``notifications/tasks`` carry):
@@ -229,9 +230,14 @@ class TaskStore:
             self._send = None
 
     async def start(
-        self, remote: RemoteTool, arguments: dict[str, Any], *, timeout: Timeout, run_id: str | None,
+        self,
+        remote: RemoteTool,
+        arguments: dict[str, Any],
+        *,
+        timeout: Timeout,
+        run_id: str | None,
         started: float,
-    ) -> dict[str, Any] | types.CallToolResult:  # fmt: skip
+    ) -> dict[str, Any] | types.CallToolResult:
         """Submit the call and return its ``CreateTaskResult`` once the call is durably
         queued (its record and message confirmed).
 

@@ -47,12 +47,16 @@ def framework_worker(
 
     Per module: other modules run workers of their own on ``default`` with other tools.
     """
-    with module_worker(tmp_path_factory, "frameworks", env=framework_env, concurrency=4, queues=QUEUES) as worker:
+    with module_worker(
+        tmp_path_factory, "frameworks", env=framework_env, concurrency=4, queues=QUEUES
+    ) as worker:
         yield worker
 
 
 @pytest.fixture
-def framework_client(framework_env: dict[str, str], framework_worker: WorkerProcess) -> Iterator[ToolClient]:
+def framework_client(
+    framework_env: dict[str, str], framework_worker: WorkerProcess
+) -> Iterator[ToolClient]:
     """This process's agent client, pointed at the framework worker's Redis."""
     client = configure(Settings.from_env(framework_env))
     yield client

@@ -35,22 +35,42 @@ TEST_FRAMEWORKS = ("langgraph", "langchain")
 
 
 def framework_requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
-    """The requirements, with their floors, of the framework packages the adapters are tested with."""
+    """The requirements, with their floors, of the framework packages the adapters are
+    tested with."""
     extras = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]
     wanted = [r for extra in FRAMEWORK_EXTRAS for r in extras[extra]]
-    wanted += [r for r in extras["test"] if canonicalize_name(Requirement(r).name) in TEST_FRAMEWORKS]
+    wanted += [
+        r for r in extras["test"] if canonicalize_name(Requirement(r).name) in TEST_FRAMEWORKS
+    ]
     return wanted
 
 
 def lowest_pins(requirements: Iterable[str]) -> dict[str, str]:
     """Every package's version when the given requirements are at their lowest together."""
     resolved = subprocess.run(
-        [_uv(), "pip", "compile", "--resolution", "lowest-direct", "--python", sys.executable,
-         "--no-header", "--no-annotate", "--quiet", "-"],
-        input="\n".join(requirements), capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+        [
+            _uv(),
+            "pip",
+            "compile",
+            "--resolution",
+            "lowest-direct",
+            "--python",
+            sys.executable,
+            "--no-header",
+            "--no-annotate",
+            "--quiet",
+            "-",
+        ],
+        input="\n".join(requirements),
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     if resolved.returncode != 0:
-        raise RuntimeError(f"uv could not resolve the oldest framework versions:\n{resolved.stderr}")
+        raise RuntimeError(
+            f"uv could not resolve the oldest framework versions:\n{resolved.stderr}"
+        )
     pins: dict[str, str] = {}
     for line in resolved.stdout.splitlines():
         if "==" in line and not line.lstrip().startswith("#"):
@@ -77,12 +97,27 @@ def oldest_versions(target: Path) -> dict[str, str]:
     }
     if differing:
         installed = subprocess.run(
-            [_uv(), "pip", "install", "--target", str(target), "--no-deps", "--python", sys.executable,
-             "--quiet", *(f"{name}=={version}" for name, version in sorted(differing.items()))],
-            capture_output=True, text=True, check=False, timeout=300,
-        )  # fmt: skip
+            [
+                _uv(),
+                "pip",
+                "install",
+                "--target",
+                str(target),
+                "--no-deps",
+                "--python",
+                sys.executable,
+                "--quiet",
+                *(f"{name}=={version}" for name, version in sorted(differing.items())),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=300,
+        )
         if installed.returncode != 0:
-            raise RuntimeError(f"uv could not install the oldest framework versions:\n{installed.stderr}")
+            raise RuntimeError(
+                f"uv could not install the oldest framework versions:\n{installed.stderr}"
+            )
     return differing
 
 
@@ -110,7 +145,9 @@ def check(pins: Mapping[str, str]) -> list[str]:
                 continue  # untouched by the pins: this venv's resolver checked it
             have = first.get(needed)
             if have is None or not requirement.specifier.contains(have.version, prereleases=True):
-                problems.append(f"{name} {dist.version} needs {text}; found {have.version if have else 'none'}")
+                problems.append(
+                    f"{name} {dist.version} needs {text}; found {have.version if have else 'none'}"
+                )
     return problems
 
 

@@ -59,9 +59,13 @@ def env(framework_env: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def worker(env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+def worker(
+    env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     """A prefork worker alone on the ``handles`` queue."""
-    with module_worker(tmp_path_factory, "cancels", env=env, concurrency=4, queues=(QUEUE,)) as process:
+    with module_worker(
+        tmp_path_factory, "cancels", env=env, concurrency=4, queues=(QUEUE,)
+    ) as process:
         yield process
 
 
@@ -135,7 +139,10 @@ async def cancel_elsewhere(client: ToolClient, token: Token, calls: list[str]) -
 
 
 def cancelled_text(tool: str) -> str:
-    return f"the call to {tool!r} was cancelled: it was stopped on purpose, so do not call it again unless you are asked to"
+    return (
+        f"the call to {tool!r} was cancelled: it was stopped on purpose, so do not call it again "
+        "unless you are asked to"
+    )
 
 
 # -- pydantic-ai ---------------------------------------------------------------------------
@@ -155,7 +162,9 @@ def pydantic_agent(tool: str, token: Token, *, seconds: float = 30.0) -> Any:
     return Agent(FunctionModel(respond), tools=[remote_tool(tool).as_pydantic_ai()])
 
 
-def test_cancelling_the_task_of_a_pydantic_ai_run_stops_the_tool_on_the_worker(token: Token) -> None:
+def test_cancelling_the_task_of_a_pydantic_ai_run_stops_the_tool_on_the_worker(
+    token: Token,
+) -> None:
     agent = pydantic_agent("abandoned", token)
 
     raised = asyncio.run(cancel_when_started(token, agent.run("go")))
@@ -164,7 +173,9 @@ def test_cancelling_the_task_of_a_pydantic_ai_run_stops_the_tool_on_the_worker(t
     assert token.stopped(), token.noted()
 
 
-def test_a_pydantic_ai_run_cancelled_by_its_token_ends_with_RunCancelled_and_stops_the_tool(token: Token) -> None:
+def test_a_pydantic_ai_run_cancelled_by_its_token_ends_with_RunCancelled_and_stops_the_tool(
+    token: Token,
+) -> None:
     from pydantic_ai import CancellationToken
     from pydantic_ai.exceptions import RunCancelled
 
@@ -240,7 +251,10 @@ def test_a_call_cancelled_elsewhere_is_a_pydantic_ai_tool_failure_and_the_run_go
     result = asyncio.run(main())
 
     (shown,) = [p for m in result.all_messages() for p in m.parts if isinstance(p, ToolReturnPart)]
-    assert (shown.outcome, shown.content) == ("failed", cancelled_text("slow"))  # a failure, not a retry
+    assert (shown.outcome, shown.content) == (
+        "failed",
+        cancelled_text("slow"),
+    )  # a failure, not a retry
     assert result.output == "carried on"
     assert token.noted() == ["start", "stopped"]
 
@@ -253,7 +267,9 @@ def openai_agent(tool: str, token: Token) -> Any:
     from agents import Agent
     from agents.testing import ScriptedModel, assistant_message, function_call
 
-    model = ScriptedModel([[function_call(tool, token.arguments(), call_id="c0")], [assistant_message("carried on")]])
+    model = ScriptedModel(
+        [[function_call(tool, token.arguments(), call_id="c0")], [assistant_message("carried on")]]
+    )
     return Agent(name="tester", model=model, tools=[remote_tool(tool).as_openai_agents()])
 
 
@@ -267,7 +283,9 @@ def untraced() -> Iterator[None]:
     set_tracing_disabled(False)
 
 
-def test_cancelling_the_task_of_an_openai_agents_run_stops_the_tool_on_the_worker(token: Token, untraced: None) -> None:
+def test_cancelling_the_task_of_an_openai_agents_run_stops_the_tool_on_the_worker(
+    token: Token, untraced: None
+) -> None:
     from agents import Runner
 
     agent = openai_agent("abandoned", token)
@@ -278,7 +296,9 @@ def test_cancelling_the_task_of_an_openai_agents_run_stops_the_tool_on_the_worke
     assert token.stopped(), token.noted()
 
 
-def test_cancelling_a_streamed_openai_agents_run_stops_the_tool_on_the_worker(token: Token, untraced: None) -> None:
+def test_cancelling_a_streamed_openai_agents_run_stops_the_tool_on_the_worker(
+    token: Token, untraced: None
+) -> None:
     from agents import Runner
 
     agent = openai_agent("abandoned", token)
@@ -323,14 +343,18 @@ def test_a_call_cancelled_elsewhere_is_shown_to_the_openai_agents_model_as_cance
 
 
 def langchain_agent(tool: str, token: Token) -> Any:
-    """LangChain's ``create_agent`` (a LangGraph graph) whose fake chat model calls ``tool`` once."""
+    """LangChain's ``create_agent`` (a LangGraph graph) whose fake chat model calls
+    ``tool`` once."""
     from examples.langchain_agent import scripted, tool_agent
 
-    return tool_agent(scripted([(tool, token.arguments())], "carried on"), [remote_tool(tool).as_langchain()])
+    return tool_agent(
+        scripted([(tool, token.arguments())], "carried on"), [remote_tool(tool).as_langchain()]
+    )
 
 
 def tool_node_graph(tool: Any, **node: Any) -> Any:
-    """A LangGraph graph of one ``ToolNode`` running the LangChain ``tool`` (``node``: ``add_node``'s options)."""
+    """A LangGraph graph of one ``ToolNode`` running the LangChain ``tool`` (``node``:
+    ``add_node``'s options)."""
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.prebuilt import ToolNode
 
@@ -361,7 +385,9 @@ def test_a_langgraph_node_run_timeout_stops_the_tool_on_the_worker(token: Token)
     from langgraph.errors import NodeTimeoutError
     from langgraph.types import TimeoutPolicy
 
-    graph = tool_node_graph(remote_tool("abandoned").as_langchain(), timeout=TimeoutPolicy(run_timeout=1.5))
+    graph = tool_node_graph(
+        remote_tool("abandoned").as_langchain(), timeout=TimeoutPolicy(run_timeout=1.5)
+    )
 
     with pytest.raises(NodeTimeoutError):
         asyncio.run(graph.ainvoke(one_call("abandoned", token)))
@@ -369,12 +395,18 @@ def test_a_langgraph_node_run_timeout_stops_the_tool_on_the_worker(token: Token)
     assert token.stopped(), token.noted()
 
 
-def test_a_sync_langgraph_run_cannot_be_cancelled_and_the_calls_deadline_is_what_stops_the_tool(token: Token) -> None:
+def test_a_sync_langgraph_run_cannot_be_cancelled_and_the_calls_deadline_is_what_stops_the_tool(
+    token: Token,
+) -> None:
     from langchain_core.messages import ToolMessage
     from langgraph.types import TimeoutPolicy
 
-    refused = tool_node_graph(remote_tool("abandoned").as_langchain(), timeout=TimeoutPolicy(run_timeout=1.0))
-    with pytest.raises(ValueError, match="only supported for async nodes"):  # LangGraph's own refusal
+    refused = tool_node_graph(
+        remote_tool("abandoned").as_langchain(), timeout=TimeoutPolicy(run_timeout=1.0)
+    )
+    with pytest.raises(
+        ValueError, match="only supported for async nodes"
+    ):  # LangGraph's own refusal
         refused.invoke(one_call("abandoned", token))
     graph = tool_node_graph(remote_tool("abandoned", timeout=1.0).as_langchain())
 
@@ -412,7 +444,9 @@ def lazybridge_agent(tool: str, token: Token, **options: Any) -> Any:
     """A LazyBridge Agent whose ScriptedProvider calls ``tool`` once (``options``: ``Agent``'s)."""
     from agent_client.testing import scripted_agent
 
-    return scripted_agent([remote_tool(tool)], [[(tool, token.arguments())], "carried on"], **options)
+    return scripted_agent(
+        [remote_tool(tool)], [[(tool, token.arguments())], "carried on"], **options
+    )
 
 
 def test_cancelling_the_task_of_a_lazybridge_run_stops_the_tool_on_the_worker(token: Token) -> None:
@@ -455,7 +489,9 @@ def test_cancelling_the_task_of_a_locus_run_stops_the_tool_on_the_worker(token: 
     assert token.stopped(), token.noted()
 
 
-def test_a_locus_agent_cancel_abandons_the_call_stops_the_tool_and_ends_the_run_cancelled(token: Token) -> None:
+def test_a_locus_agent_cancel_abandons_the_call_stops_the_tool_and_ends_the_run_cancelled(
+    token: Token,
+) -> None:
     from locus.agent.subagent import _PARENT_RUN  # the adapter reads the run's signal here
 
     agent = locus_agent("abandoned", token)
@@ -472,22 +508,31 @@ def test_a_locus_agent_cancel_abandons_the_call_stops_the_tool_and_ends_the_run_
     assert token.stopped(), token.noted()
     assert result.stop_reason == "cancelled"
     shown = [str(m.content) for m in result.state.messages if m.role == "tool"]
-    assert shown == ["Error: ToolCancelled: the call to 'abandoned' was cancelled: its locus run was cancelled"]
+    assert shown == [
+        "Error: ToolCancelled: the call to 'abandoned' was cancelled: its locus run was cancelled"
+    ]
 
 
 # -- MCP -----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def mcp_http(env: dict[str, str], worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def mcp_http(
+    env: dict[str, str], worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """``toolexec mcp --http PORT`` for the module; its URL."""
     port = free_port()
     process = ChildProcess(
-        "mcp-http", [sys.executable, "-m", "toolexec", "mcp", "--http", str(port)],
-        env={**os.environ, **env}, cwd=ROOT, log_dir=tmp_path_factory.mktemp("cancels-mcp"),
-    )  # fmt: skip
+        "mcp-http",
+        [sys.executable, "-m", "toolexec", "mcp", "--http", str(port)],
+        env={**os.environ, **env},
+        cwd=ROOT,
+        log_dir=tmp_path_factory.mktemp("cancels-mcp"),
+    )
     with process:
-        assert wait_until(lambda: accepts(port) or not process.is_running, timeout=30), process.log_tail()
+        assert wait_until(lambda: accepts(port) or not process.is_running, timeout=30), (
+            process.log_tail()
+        )
         yield f"http://127.0.0.1:{port}/mcp"
 
 
@@ -509,39 +554,58 @@ async def abandon_once_started(token: Token, call: Callable[[], Awaitable[Any]])
         group.cancel_scope.cancel()
 
 
-def test_an_mcp_client_abandoning_a_stdio_tools_call_sends_notifications_cancelled_and_the_tool_stops(
+def test_an_mcp_client_abandoning_a_stdio_tools_call_sends_notifications_cancelled_and_the_tool_stops(  # noqa: E501
     token: Token, env: dict[str, str], tmp_path: Path
 ) -> None:
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "toolexec", "mcp"], env=env, cwd=ROOT)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "toolexec", "mcp"], env=env, cwd=ROOT
+    )
 
     async def main(errlog: TextIO) -> None:
-        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
             await session.initialize()
-            await abandon_once_started(token, lambda: session.call_tool("abandoned", token.arguments()))
-            assert await wait_until_async(lambda: token.noted() == ["start", "stopped"], timeout=STOPS_WITHIN)
-            assert "abandoned" in {tool.name for tool in (await session.list_tools()).tools}  # still serving
+            await abandon_once_started(
+                token, lambda: session.call_tool("abandoned", token.arguments())
+            )
+            assert await wait_until_async(
+                lambda: token.noted() == ["start", "stopped"], timeout=STOPS_WITHIN
+            )
+            assert "abandoned" in {
+                tool.name for tool in (await session.list_tools()).tools
+            }  # still serving
 
     with open(tmp_path / "mcp-stdio.log", "w") as errlog:
         anyio.run(main, errlog)
     assert token.noted() == ["start", "stopped"]
 
 
-def test_an_mcp_client_abandoning_a_2026_http_tools_call_stops_the_tool(token: Token, mcp_http: str) -> None:
+def test_an_mcp_client_abandoning_a_2026_http_tools_call_stops_the_tool(
+    token: Token, mcp_http: str
+) -> None:
     from mcp import Client
 
     async def main() -> None:
         async with Client(mcp_http, cache=None) as client:
-            await abandon_once_started(token, lambda: client.call_tool("abandoned", token.arguments()))
-            assert await wait_until_async(lambda: token.noted() == ["start", "stopped"], timeout=STOPS_WITHIN)
+            await abandon_once_started(
+                token, lambda: client.call_tool("abandoned", token.arguments())
+            )
+            assert await wait_until_async(
+                lambda: token.noted() == ["start", "stopped"], timeout=STOPS_WITHIN
+            )
 
     anyio.run(main)
     assert token.noted() == ["start", "stopped"]
 
 
-def test_an_mcp_read_timeout_cancels_the_request_and_the_tool_stops(token: Token, mcp_http: str) -> None:
+def test_an_mcp_read_timeout_cancels_the_request_and_the_tool_stops(
+    token: Token, mcp_http: str
+) -> None:
     from mcp import Client
     from mcp.shared.exceptions import MCPError
 
@@ -549,17 +613,23 @@ def test_an_mcp_read_timeout_cancels_the_request_and_the_tool_stops(token: Token
         async with Client(mcp_http, cache=None) as client:
             with pytest.raises((MCPError, TimeoutError)):
                 await client.call_tool("abandoned", token.arguments(), read_timeout_seconds=1.5)
-            assert await wait_until_async(lambda: token.noted() == ["start", "stopped"], timeout=STOPS_WITHIN)
+            assert await wait_until_async(
+                lambda: token.noted() == ["start", "stopped"], timeout=STOPS_WITHIN
+            )
 
     anyio.run(main)
 
 
-def test_an_mcp_client_abandoning_a_call_of_a_tool_that_says_leave_lets_it_run_on(token: Token, mcp_http: str) -> None:
+def test_an_mcp_client_abandoning_a_call_of_a_tool_that_says_leave_lets_it_run_on(
+    token: Token, mcp_http: str
+) -> None:
     from mcp import Client
 
     async def main() -> None:
         async with Client(mcp_http, cache=None) as client:
-            await abandon_once_started(token, lambda: client.call_tool("slow", token.arguments(1.5)))
+            await abandon_once_started(
+                token, lambda: client.call_tool("slow", token.arguments(1.5))
+            )
 
     anyio.run(main)
     assert wait_until(lambda: token.noted() == ["start", "end"], timeout=10), token.noted()

@@ -2,7 +2,8 @@
 
 The agent is LangChain's ``create_agent`` (a LangGraph graph whose ``ToolNode`` runs
 the tools); the model is LangChain's own fake chat model (``GenericFakeChatModel``),
-taught to accept ``bind_tools`` (``ScriptedChatModel`` in ``examples/langchain_agent.py``). Each promise is checked for ``remote_tool()`` and
+taught to accept ``bind_tools`` (``ScriptedChatModel`` in
+``examples/langchain_agent.py``). Each promise is checked for ``remote_tool()`` and
 ``remote_tools()``, and on the sync (``invoke``) and async (``ainvoke``) paths.
 """
 
@@ -165,7 +166,8 @@ def test_a_bad_call_is_refused_before_sending_and_the_model_reads_which_field(
     flight, count = tool_messages(state)
     assert flight.status == count.status == "error"
     assert flight.content == (
-        "invalid arguments for tool 'book_flight': flight_id: 'tomorrow' does not match '^[A-Z0-9]{2}[0-9]{1,4}$'"
+        "invalid arguments for tool 'book_flight': flight_id: 'tomorrow' does not match "
+        "'^[A-Z0-9]{2}[0-9]{1,4}$'"
     )
     assert (
         count.content
@@ -231,7 +233,9 @@ def test_an_async_agent_waits_out_timeouts_on_its_event_loop_and_leaves_no_threa
     assert wait_until(lambda: threading.active_count() <= before, timeout=5), threading.enumerate()
 
 
-def test_a_sync_agent_that_runs_into_timeouts_leaves_no_thread_behind(make_tools: MakeTools) -> None:
+def test_a_sync_agent_that_runs_into_timeouts_leaves_no_thread_behind(
+    make_tools: MakeTools,
+) -> None:
     tools = make_tools("probe_sleep", "search", timeout=0.3)
     # The client's reply listener starts with the first call.
     run_agent(tools, [("search", {"query": "fox"})], "warm", mode="invoke")
@@ -421,9 +425,15 @@ def test_the_proxys_timeout_wins_over_remote_tools_default_and_that_over_the_too
 # -- approval, as LangChain asks for it: LangGraph's interrupt ------------------------------
 
 
-def approval_run(tools: list[BaseTool], counter: str, mode: str) -> tuple[Any, RunnableConfig, dict[str, Any]]:
+def approval_run(
+    tools: list[BaseTool], counter: str, mode: str
+) -> tuple[Any, RunnableConfig, dict[str, Any]]:
     """A checkpointed agent whose model calls ``approved_count`` once; its state, paused."""
-    agent = tool_agent(scripted([("approved_count", {"counter": counter})], "done"), tools, checkpointer=InMemorySaver())
+    agent = tool_agent(
+        scripted([("approved_count", {"counter": counter})], "done"),
+        tools,
+        checkpointer=InMemorySaver(),
+    )
     config: RunnableConfig = {"configurable": {"thread_id": uuid.uuid4().hex}}
     return agent, config, invoke(agent, {"messages": [("user", "go")]}, config, mode)
 
@@ -440,18 +450,30 @@ def invoke(agent: Any, given: Any, config: RunnableConfig, mode: str) -> dict[st
     ("decision", "runs_after", "shown"),
     [
         ({"type": "approve"}, 1, '{"runs": 1}'),
-        ({"type": "reject", "message": "not today"}, 0, "User rejected the tool call for `approved_count` with reason: not today"),
+        (
+            {"type": "reject", "message": "not today"},
+            0,
+            "User rejected the tool call for `approved_count` with reason: not today",
+        ),
     ],
     ids=["approved", "rejected"],
 )
 def test_a_call_waits_at_langgraphs_interrupt_and_runs_once_if_approved_never_if_rejected(
-    make_tools: MakeTools, mode: str, runs: tuple[str, redis.Redis], decision: dict[str, str], runs_after: int, shown: str
+    make_tools: MakeTools,
+    mode: str,
+    runs: tuple[str, redis.Redis],
+    decision: dict[str, str],
+    runs_after: int,
+    shown: str,
 ) -> None:
     agent, config, paused = approval_run(make_tools("approved_count"), runs[0], mode)
 
     (pending,) = paused["__interrupt__"]
     assert pending.value["type"] == "tool_approval"
-    assert (pending.value["name"], pending.value["args"]) == ("approved_count", {"counter": runs[0]})
+    assert (pending.value["name"], pending.value["args"]) == (
+        "approved_count",
+        {"counter": runs[0]},
+    )
     assert pending.value["tool_call_id"] == "call-0-0"
     assert executions(runs) == 0  # nothing is sent before the decision
     state = invoke(agent, Command(resume=decision), config, mode)
@@ -466,7 +488,9 @@ def test_a_call_waits_at_langgraphs_interrupt_and_runs_once_if_approved_never_if
 def test_a_resume_that_is_not_a_decision_is_refused_naming_the_two(
     framework_client: ToolClient, runs: tuple[str, redis.Redis]
 ) -> None:
-    agent, config, _ = approval_run([remote_tool("approved_count").as_langchain()], runs[0], "invoke")
+    agent, config, _ = approval_run(
+        [remote_tool("approved_count").as_langchain()], runs[0], "invoke"
+    )
 
     with pytest.raises(ValueError, match="resume with {'type': 'approve'} or {'type': 'reject'"):
         agent.invoke(Command(resume="yes please"), config)
@@ -480,7 +504,9 @@ def test_a_tool_that_requires_approval_refuses_to_run_outside_a_langgraph_graph(
     tool = remote_tool("approved_count").as_langchain()
     trusted = remote_tool("approved_count", requires_approval=False).as_langchain()
 
-    with pytest.raises(ApprovalUnavailable, match="requires approval, which LangChain asks for with LangGraph"):
+    with pytest.raises(
+        ApprovalUnavailable, match="requires approval, which LangChain asks for with LangGraph"
+    ):
         tool.invoke({"counter": runs[0]})
     assert executions(runs) == 0
     assert trusted.invoke({"counter": runs[0]}) == '{"runs": 1}'
@@ -489,19 +515,33 @@ def test_a_tool_that_requires_approval_refuses_to_run_outside_a_langgraph_graph(
 # -- progress: the graph's custom stream, and its idle timeout -----------------------------
 
 
-def test_progress_reaches_the_graphs_custom_stream_as_events_of_the_call(make_tools: MakeTools, mode: str) -> None:
-    agent = tool_agent(scripted([("progress_steps", {"steps": 3, "pause": 0.15})], "done"), make_tools("progress_steps"))
+def test_progress_reaches_the_graphs_custom_stream_as_events_of_the_call(
+    make_tools: MakeTools, mode: str
+) -> None:
+    agent = tool_agent(
+        scripted([("progress_steps", {"steps": 3, "pause": 0.15})], "done"),
+        make_tools("progress_steps"),
+    )
     question = {"messages": [("user", "go")]}
 
     async def collect() -> list[Any]:
         return [chunk async for chunk in agent.astream(question, stream_mode="custom")]
 
-    chunks = list(agent.stream(question, stream_mode="custom")) if mode == "invoke" else asyncio.run(collect())
+    chunks = (
+        list(agent.stream(question, stream_mode="custom"))
+        if mode == "invoke"
+        else asyncio.run(collect())
+    )
 
     progress = [c for c in chunks if isinstance(c, dict) and c.get("type") == TOOL_PROGRESS]
     assert progress, chunks
-    assert {(c["tool"], c["tool_call_id"], c["total"]) for c in progress} == {("progress_steps", "call-0-0", 3)}
-    assert (progress[-1]["done"], progress[-1]["message"]) == (3, "step 3")  # the last one always arrives
+    assert {(c["tool"], c["tool_call_id"], c["total"]) for c in progress} == {
+        ("progress_steps", "call-0-0", 3)
+    }
+    assert (progress[-1]["done"], progress[-1]["message"]) == (
+        3,
+        "step 3",
+    )  # the last one always arrives
 
 
 def tool_graph(tools: list[BaseTool], timeout: TimeoutPolicy) -> Any:
@@ -514,17 +554,29 @@ def tool_graph(tools: list[BaseTool], timeout: TimeoutPolicy) -> Any:
 
 
 def one_call(name: str, args: dict[str, Any]) -> dict[str, Any]:
-    return {"messages": [AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": "c1", "type": "tool_call"}])]}
+    return {
+        "messages": [
+            AIMessage(
+                content="",
+                tool_calls=[{"name": name, "args": args, "id": "c1", "type": "tool_call"}],
+            )
+        ]
+    }
 
 
 @pytest.mark.parametrize("refresh_on", ["auto", "heartbeat"])
 def test_progress_refreshes_a_nodes_idle_timeout_while_its_run_timeout_stays(
     framework_client: ToolClient, refresh_on: str
 ) -> None:
-    tools = [remote_tool("progress_steps").as_langchain(), remote_tool("probe_sleep").as_langchain()]
+    tools = [
+        remote_tool("progress_steps").as_langchain(),
+        remote_tool("probe_sleep").as_langchain(),
+    ]
     policy = TimeoutPolicy(idle_timeout=0.8, run_timeout=3.0, refresh_on=refresh_on)  # type: ignore[arg-type]
     graph = tool_graph(tools, policy)
-    reporting = one_call("progress_steps", {"steps": 6, "pause": 0.3})  # 1.8 s, a report every 0.3 s
+    reporting = one_call(
+        "progress_steps", {"steps": 6, "pause": 0.3}
+    )  # 1.8 s, a report every 0.3 s
 
     state = asyncio.run(graph.ainvoke(reporting))
     with pytest.raises(NodeTimeoutError) as idle:
@@ -532,7 +584,9 @@ def test_progress_refreshes_a_nodes_idle_timeout_while_its_run_timeout_stays(
     with pytest.raises(NodeTimeoutError) as total:
         asyncio.run(graph.ainvoke(one_call("progress_steps", {"steps": 12, "pause": 0.3})))
 
-    assert tool_messages(state)[0].artifact == {"steps": 6}  # 1.8 s of work under a 0.8 s idle timeout
+    assert tool_messages(state)[0].artifact == {
+        "steps": 6
+    }  # 1.8 s of work under a 0.8 s idle timeout
     assert idle.value.kind == "idle"
     assert total.value.kind == "run"  # progress never stretches the hard total
 

@@ -111,7 +111,8 @@ def test_a_bad_call_is_refused_before_anything_is_sent_and_the_model_reads_which
 
     refused, accepted = provider.tool_results()
     assert refused.is_error and refused.content == (
-        "Tool error: invalid arguments for tool 'idem_count': seconds: 'long' is not of type 'number'"
+        "Tool error: invalid arguments for tool 'idem_count': seconds: 'long' is not of type "
+        "'number'"
     )
     assert json.loads(str(accepted.content))["runs"] == 1
     assert len(sent) == 1  # the fixed call only: the refused one never reached the broker
@@ -212,8 +213,11 @@ def test_concurrent_agent_runs_in_two_threads_are_two_runs(
 # -- composite agents: one run spans everything a top-level run runs -----------------------
 
 
-def counting_agents(runs: tuple[str, redis.Redis], *, times: int) -> tuple[list[Agent], list[ScriptedProvider]]:
-    """Two agents with the idempotent counter, each scripted to count once per run, ``times`` runs."""
+def counting_agents(
+    runs: tuple[str, redis.Redis], *, times: int
+) -> tuple[list[Agent], list[ScriptedProvider]]:
+    """Two agents with the idempotent counter, each scripted to count once per run,
+    ``times`` runs."""
     call = ("idem_count", {"counter": runs[0], "seconds": 0.3})
     providers = [ScriptedProvider([[call], "done"] * times) for _ in range(2)]
     agents = [
@@ -223,7 +227,9 @@ def counting_agents(runs: tuple[str, redis.Redis], *, times: int) -> tuple[list[
     return agents, providers
 
 
-def assert_one_execution_per_top_level_run(providers: list[ScriptedProvider], runs: tuple[str, redis.Redis]) -> None:
+def assert_one_execution_per_top_level_run(
+    providers: list[ScriptedProvider], runs: tuple[str, redis.Redis]
+) -> None:
     """Each agent counted once per top-level run; the agents shared each run's execution."""
     (a_first, a_second), (b_first, b_second) = (counted(p) for p in providers)
     assert a_first["token"] == b_first["token"] and a_first["run_id"] == b_first["run_id"]
@@ -386,28 +392,48 @@ def test_the_agents_tool_timeout_is_the_remote_calls_deadline(
 DEADLINES: dict[str, tuple[Callable[[], Any], dict[str, Any], dict[str, Any], float]] = {
     "the tool's own @tool(timeout=)": (lambda: remote_tool("own_deadline"), {}, {}, 7.0),
     "remote_tools(default_timeout=) over the tool's own": (
-        lambda: remote_tools(default_timeout=9.0), {}, {}, 9.0,
+        lambda: remote_tools(default_timeout=9.0),
+        {},
+        {},
+        9.0,
     ),
     "LLMEngine(tool_timeout=) with a single proxy": (
-        lambda: remote_tool("own_deadline"), {}, {"tool_timeout": 4.0}, 4.0,
+        lambda: remote_tool("own_deadline"),
+        {},
+        {"tool_timeout": 4.0},
+        4.0,
     ),
     "LLMEngine(tool_timeout=) over remote_tools(default_timeout=)": (
-        lambda: remote_tools(default_timeout=9.0), {}, {"tool_timeout": 4.0}, 4.0,
+        lambda: remote_tools(default_timeout=9.0),
+        {},
+        {"tool_timeout": 4.0},
+        4.0,
     ),
     "Agent(tool_timeout=) over LLMEngine(tool_timeout=)": (
-        lambda: remote_tool("own_deadline"), {"tool_timeout": 3.0}, {"tool_timeout": 5.0}, 3.0,
+        lambda: remote_tool("own_deadline"),
+        {"tool_timeout": 3.0},
+        {"tool_timeout": 5.0},
+        3.0,
     ),
     "Agent(tool_timeout=) over a shorter remote_tools(default_timeout=)": (
-        lambda: remote_tools(default_timeout=4.0), {"tool_timeout": 9.0}, {}, 9.0,
+        lambda: remote_tools(default_timeout=4.0),
+        {"tool_timeout": 9.0},
+        {},
+        9.0,
     ),
     "remote_tool(timeout=) over Agent(tool_timeout=)": (
-        lambda: remote_tool("own_deadline", timeout=9.0), {"tool_timeout": 4.0}, {}, 9.0,
+        lambda: remote_tool("own_deadline", timeout=9.0),
+        {"tool_timeout": 4.0},
+        {},
+        9.0,
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("level", list(DEADLINES))
-def test_the_remote_deadline_is_the_highest_level_set(level: str, framework_client: ToolClient) -> None:
+def test_the_remote_deadline_is_the_highest_level_set(
+    level: str, framework_client: ToolClient
+) -> None:
     tools, agent_options, engine_options, limit = DEADLINES[level]
     provider = ScriptedProvider([[("own_deadline", {})], "done"])
 
@@ -603,7 +629,10 @@ def test_run_sync_honours_the_tools_own_bound(kind: Kind, framework_client: Tool
     ids=["allowed", "denied"],
 )
 def test_the_engines_gate_is_asked_first_and_a_denied_call_never_reaches_a_worker(
-    decision: lazybridge.ApprovalDecision, ran: int, framework_client: ToolClient, runs: tuple[str, redis.Redis]
+    decision: lazybridge.ApprovalDecision,
+    ran: int,
+    framework_client: ToolClient,
+    runs: tuple[str, redis.Redis],
 ) -> None:
     asked: list[tuple[str, dict[str, Any]]] = []
 
@@ -612,7 +641,9 @@ def test_the_engines_gate_is_asked_first_and_a_denied_call_never_reaches_a_worke
         return decision
 
     provider = ScriptedProvider([[("approved_count", {"counter": runs[0]})], "done"])
-    agent = scripted_agent([remote_tool("approved_count")], provider, engine_options={"approval_gate": gate})
+    agent = scripted_agent(
+        [remote_tool("approved_count")], provider, engine_options={"approval_gate": gate}
+    )
 
     assert agent("go").text() == "done"
 
@@ -633,6 +664,8 @@ def test_without_a_gate_a_tool_that_requires_approval_is_refused_and_nothing_is_
     scripted_agent([remote_tools(requires_approval=False)], trusted)("go")
 
     (text,) = shown(refused)
-    assert text.startswith("Tool error: tool 'approved_count' requires approval, and no approval gate was asked")
+    assert text.startswith(
+        "Tool error: tool 'approved_count' requires approval, and no approval gate was asked"
+    )
     assert shown(trusted) == ['{"runs": 1}']  # the toolset's override: no approval needed
     assert executions(runs) == 1

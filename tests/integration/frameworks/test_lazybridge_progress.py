@@ -39,7 +39,9 @@ def test_each_progress_report_is_a_session_event_between_the_calls_tool_call_and
     exported: list[dict[str, Any]] = []
     session = Session(exporters=[CallbackExporter(fn=exported.append)])
     provider = ScriptedProvider([[("observe_steps", {"steps": 5, "pause": 0.15})], "done"])
-    agent = scripted_agent([remote_tool("observe_steps")], provider, session=session, name="watcher")
+    agent = scripted_agent(
+        [remote_tool("observe_steps")], provider, session=session, name="watcher"
+    )
 
     assert agent("go").text() == "done"
 

@@ -51,7 +51,10 @@ class CallDeadlines(HookProvider):
 
 
 def locus_tools(
-    kind: str, names: list[str], timeout: float | None = None, approvals: InMemoryApprovals | None = None
+    kind: str,
+    names: list[str],
+    timeout: float | None = None,
+    approvals: InMemoryApprovals | None = None,
 ) -> list[Any]:
     """``names`` as single proxies with ``timeout``, or the catalogue with it as its default.
 
@@ -162,7 +165,9 @@ def test_with_nothing_above_it_set_the_tools_own_timeout_applies(kind: str) -> N
 
 
 def test_remote_tools_default_timeout_wins_over_the_tools_own() -> None:
-    assert 8.0 < own_deadline_left(locus_tools("remote_tools", ["own_deadline"], timeout=9.0)) <= 9.0
+    assert (
+        8.0 < own_deadline_left(locus_tools("remote_tools", ["own_deadline"], timeout=9.0)) <= 9.0
+    )
 
 
 # -- 3. locus's run id is toolexec's run ------------------------------------------------------
@@ -291,15 +296,23 @@ async def events_of(stream: Any) -> list[LocusEvent]:
 def paused_agent(kind: str, counter: str) -> tuple[Agent, InMemoryApprovals, InterruptEvent]:
     """An agent whose model calls ``approved_count`` once, and the interrupt its run paused on."""
     approvals = InMemoryApprovals()
-    model = ScriptedModel([tool_call("approved_count", call_id="c1", counter=counter), text("done")])
-    agent = Agent(model=model, tools=locus_tools(kind, ["approved_count"], approvals=approvals), context_window=32_000)
+    model = ScriptedModel(
+        [tool_call("approved_count", call_id="c1", counter=counter), text("done")]
+    )
+    agent = Agent(
+        model=model,
+        tools=locus_tools(kind, ["approved_count"], approvals=approvals),
+        context_window=32_000,
+    )
     (pause,) = [e for e in asyncio.run(events_of(agent.run("go"))) if isinstance(e, InterruptEvent)]
     return agent, approvals, pause
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("verdict", ["approved", "denied"])
-def test_a_held_call_is_sent_once_when_approved_and_never_when_denied(kind: str, verdict: str, runs: Runs) -> None:
+def test_a_held_call_is_sent_once_when_approved_and_never_when_denied(
+    kind: str, verdict: str, runs: Runs
+) -> None:
     counter, client = runs
     agent, approvals, pause = paused_agent(kind, counter)
 
@@ -309,14 +322,18 @@ def test_a_held_call_is_sent_once_when_approved_and_never_when_denied(kind: str,
     approvals.decide(approval_id, verdict, by="ada")  # type: ignore[arg-type]
     resumed = asyncio.run(events_of(agent.resume(verdict, perform_dangling=True)))
 
-    (done,) = [e for e in resumed if isinstance(e, ToolCompleteEvent) and e.tool_name == "approved_count"]
+    (done,) = [
+        e for e in resumed if isinstance(e, ToolCompleteEvent) and e.tool_name == "approved_count"
+    ]
     if verdict == "approved":
         assert json.loads(done.result or "") == {"runs": 1} and int(client.get(counter) or 0) == 1
     else:
         assert json.loads(done.result or "")["status"] == "denied" and client.get(counter) is None
 
 
-def test_a_tool_that_requires_approval_needs_a_store_for_the_decisions_unless_overridden(runs: Runs) -> None:
+def test_a_tool_that_requires_approval_needs_a_store_for_the_decisions_unless_overridden(
+    runs: Runs,
+) -> None:
     counter, client = runs
 
     with pytest.raises(ValueError, match="requires approval: pass as_locus\\(approvals=...\\)"):
@@ -325,7 +342,8 @@ def test_a_tool_that_requires_approval_needs_a_store_for_the_decisions_unless_ov
         remote_tools().as_locus()
     trusted = remote_tools(requires_approval={"approved_count": False}).as_locus()
     _, shown = run_agent(
-        [t for t in trusted if t.name == "approved_count"], [tool_call("approved_count", call_id="c1", counter=counter)]
+        [t for t in trusted if t.name == "approved_count"],
+        [tool_call("approved_count", call_id="c1", counter=counter)],
     )
 
     assert [json.loads(s) for s in shown] == [{"runs": 1}] and int(client.get(counter) or 0) == 1
@@ -335,16 +353,25 @@ def test_a_tool_that_requires_approval_needs_a_store_for_the_decisions_unless_ov
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_progress_streams_live_as_locus_tool_progress_events_between_the_calls_start_and_end(kind: str) -> None:
-    model = ScriptedModel([tool_call("progress_steps", call_id="c1", steps=3, pause=0.15), text("done")])
+def test_progress_streams_live_as_locus_tool_progress_events_between_the_calls_start_and_end(
+    kind: str,
+) -> None:
+    model = ScriptedModel(
+        [tool_call("progress_steps", call_id="c1", steps=3, pause=0.15), text("done")]
+    )
     agent = Agent(model=model, tools=locus_tools(kind, ["progress_steps"]), context_window=32_000)
 
     events = asyncio.run(events_of(agent.run("go")))
 
     progress = [e for e in events if isinstance(e, ToolProgressEvent)]
     assert progress, [type(e).__name__ for e in events]
-    assert {(e.tool_name, e.tool_call_id, e.total) for e in progress} == {("progress_steps", "c1", 3)}
-    assert (progress[-1].progress, progress[-1].message) == (3, "step 3")  # the last one always arrives
+    assert {(e.tool_name, e.tool_call_id, e.total) for e in progress} == {
+        ("progress_steps", "c1", 3)
+    }
+    assert (progress[-1].progress, progress[-1].message) == (
+        3,
+        "step 3",
+    )  # the last one always arrives
     complete = next(i for i, e in enumerate(events) if isinstance(e, ToolCompleteEvent))
     assert all(events.index(e) < complete for e in progress)
 

@@ -353,8 +353,8 @@ def test_tool_failures_unknown_tools_and_bad_meta_are_error_results_that_say_wha
     assert "search" in text(unknown)  # it lists the tools that exist
     assert bad_timeout.is_error
     assert text(bad_timeout) == (
-        "_meta['toolexec/timeout'] must be a positive number of seconds, or 'none' for no deadline; "
-        "got 'soon'"
+        "_meta['toolexec/timeout'] must be a positive number of seconds, or 'none' for no "
+        "deadline; got 'soon'"
     )
     assert (
         bad_run.is_error
@@ -611,7 +611,9 @@ def test_a_handshake_host_is_asked_to_approve_each_call_and_only_an_accepted_one
         assert _runs(framework_env, counter) == 1
     else:
         assert result.is_error
-        assert f"the user {action}d the approval" in text(result) or f"the user {action}led" in text(result)
+        assert f"the user {action}d the approval" in text(
+            result
+        ) or f"the user {action}led" in text(result)
         assert "it was not run" in text(result)
         assert _runs(framework_env, counter) == 0  # never reached a worker
 
@@ -624,7 +626,9 @@ def test_a_2026_host_answers_the_approval_in_its_retry_and_only_an_accepted_call
     asked: list[str] = []
 
     async def main() -> types.CallToolResult:
-        async with Client(http_server.url, elicitation_callback=_answering(action, asked)) as client:
+        async with Client(
+            http_server.url, elicitation_callback=_answering(action, asked)
+        ) as client:
             assert client.session.protocol_version in MODERN_PROTOCOL_VERSIONS
             return await client.call_tool("approved_count", {"counter": counter})
 
@@ -663,7 +667,10 @@ def test_with_approve_all_the_operator_approves_every_call_and_nobody_is_asked(
 ) -> None:
     counter = f"approval-all:{time.monotonic_ns()}"
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "toolexec", "mcp", "--approve-all"], env=framework_env, cwd=ROOT
+        command=sys.executable,
+        args=["-m", "toolexec", "mcp", "--approve-all"],
+        env=framework_env,
+        cwd=ROOT,
     )
 
     async def main(errlog: TextIO) -> tuple[types.CallToolResult, list[types.Tool]]:

@@ -63,7 +63,10 @@ def own_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 @pytest.fixture
 def server(
-    own_server: RedisServer, settings_env: dict[str, str], worker_factory: WorkerFactory, tmp_path: Path
+    own_server: RedisServer,
+    settings_env: dict[str, str],
+    worker_factory: WorkerFactory,
+    tmp_path: Path,
 ) -> Iterator[StdioServer]:
     """``toolexec mcp`` over stdio and one worker with the probe tools, both on the own Redis."""
     env = {

@@ -41,10 +41,18 @@ def oldest(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, st
 
 def in_oldest(target: Path, *command: str, timeout: float) -> subprocess.CompletedProcess[str]:
     """Run ``python command...`` with the oldest frameworks first on its path."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not this run's xdist worker
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")
+    }  # not this run's xdist worker
     env["PYTHONPATH"] = os.pathsep.join([str(target), str(ROOT)])
     return subprocess.run(
-        [sys.executable, *command], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False
+        [sys.executable, *command],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -59,11 +67,21 @@ def test_the_adapters_tests_pass_on_the_oldest_framework_versions_their_extras_a
         assert not set(MODULES[module]) & set(pins)
         return
 
-    checked = in_oldest(target, "-m", "tests.integration.frameworks.oldest", json.dumps(pins), timeout=60)
+    checked = in_oldest(
+        target, "-m", "tests.integration.frameworks.oldest", json.dumps(pins), timeout=60
+    )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     run = in_oldest(
-        target, "-m", "pytest", "-n", "0", "-q", "-p", "no:cacheprovider", f"tests/integration/frameworks/{module}",
+        target,
+        "-m",
+        "pytest",
+        "-n",
+        "0",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"tests/integration/frameworks/{module}",
         timeout=240,
-    )  # fmt: skip
+    )
     assert run.returncode == 0, f"{module} on {tested}:\n{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
     assert " passed" in run.stdout.splitlines()[-1], run.stdout[-2000:]

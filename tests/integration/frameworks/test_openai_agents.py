@@ -1,4 +1,5 @@
-"""A real openai-agents Agent, driven by the SDK's own ScriptedModel, calling tools on a real worker.
+"""A real openai-agents Agent, driven by the SDK's own ScriptedModel, calling tools on a
+real worker.
 
 The model is ``agents.testing.ScriptedModel``, which the SDK ships as its deterministic
 implementation of its ``Model`` interface; nothing reaches OpenAI: no API key is used
@@ -202,7 +203,8 @@ def test_arguments_that_are_not_a_json_object_are_invalid_arguments_and_the_run_
     )
     assert not_json.endswith("; send one JSON object")
     assert not_object == (
-        "[INVALID_ARGUMENTS] invalid arguments for tool 'search': arguments must be an object, got list"
+        "[INVALID_ARGUMENTS] invalid arguments for tool 'search': arguments must be an object, got "
+        "list"
     )
 
 
@@ -223,7 +225,8 @@ def test_null_for_an_optional_parameter_means_its_default_and_null_for_a_require
     echoed = json.loads(defaults)
     assert (echoed["ratio"], echoed["flags"]) == (0.5, None)
     assert refused == (
-        "[INVALID_ARGUMENTS] invalid arguments for tool 'probe_echo': text: None is not of type 'string'"
+        "[INVALID_ARGUMENTS] invalid arguments for tool 'probe_echo': text: None is not of type "
+        "'string'"
     )
 
 
@@ -326,7 +329,9 @@ def test_with_nothing_above_it_set_the_tools_own_timeout_applies(kind: str) -> N
     assert 6.0 < own_deadline_left(agent_tools(kind, ["own_deadline"])) <= 7.0  # @tool(timeout=7)
 
 
-def test_remote_tools_default_timeout_wins_over_the_tools_own_and_timeout_seconds_over_both() -> None:
+def test_remote_tools_default_timeout_wins_over_the_tools_own_and_timeout_seconds_over_both() -> (
+    None
+):
     tools = agent_tools("remote_tools", ["own_deadline"], timeout=9.0)
     assert 8.0 < own_deadline_left(tools) <= 9.0
 
@@ -536,7 +541,10 @@ def test_a_timeout_is_shown_as_the_tools_timeout_error_function_words_it(kind: s
 def paused_run(tools: list[FunctionTool], counter: str) -> tuple[Agent[Any], RunResult]:
     """A run whose model calls ``approved_count`` once, stopped for its approval."""
     model = ScriptedModel(
-        [[function_call("approved_count", {"counter": counter}, call_id="c1")], [assistant_message("done")]]
+        [
+            [function_call("approved_count", {"counter": counter}, call_id="c1")],
+            [assistant_message("done")],
+        ]
     )
     agent = Agent(name="tester", model=model, tools=[*tools])
     return agent, asyncio.run(Runner.run(agent, "go"))
@@ -544,7 +552,9 @@ def paused_run(tools: list[FunctionTool], counter: str) -> tuple[Agent[Any], Run
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("verdict", ["approve", "reject"])
-def test_an_approved_call_is_sent_once_and_a_rejected_one_never(kind: str, verdict: str, runs: Runs) -> None:
+def test_an_approved_call_is_sent_once_and_a_rejected_one_never(
+    kind: str, verdict: str, runs: Runs
+) -> None:
     counter, client = runs
     agent, paused = paused_run(agent_tools(kind, ["approved_count"]), counter)
 
@@ -578,25 +588,38 @@ def test_a_proxy_override_makes_a_tool_wait_for_approval_or_run_without_it(runs:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_each_progress_report_of_a_traced_run_is_a_custom_span_of_its_call(kind: str, traces: TraceIds) -> None:
+def test_each_progress_report_of_a_traced_run_is_a_custom_span_of_its_call(
+    kind: str, traces: TraceIds
+) -> None:
     traces.spans.clear()
 
-    run_agent(agent_tools(kind, ["progress_steps"]), [[("progress_steps", {"steps": 3, "pause": 0.15})]])
+    run_agent(
+        agent_tools(kind, ["progress_steps"]), [[("progress_steps", {"steps": 3, "pause": 0.15})]]
+    )
 
-    progress = [s for s in traces.spans if isinstance(s.span_data, CustomSpanData) and s.span_data.name == TOOL_PROGRESS]
+    progress = [
+        s
+        for s in traces.spans
+        if isinstance(s.span_data, CustomSpanData) and s.span_data.name == TOOL_PROGRESS
+    ]
     assert progress, "no progress span was recorded"
     function = {s.span_id for s in traces.spans if s.span_data.type == "function"}
     assert {s.parent_id for s in progress} <= function and len({s.parent_id for s in progress}) == 1
     data = [s.span_data.data for s in progress]  # type: ignore[attr-defined]
     assert {(d["tool"], d["call_id"], d["total"]) for d in data} == {("progress_steps", "c0.0", 3)}
-    assert (data[-1]["done"], data[-1]["message"]) == (3, "step 3")  # the last report always arrives
+    assert (data[-1]["done"], data[-1]["message"]) == (
+        3,
+        "step 3",
+    )  # the last report always arrives
 
 
 @pytest.mark.usefixtures("tracing_disabled")
 def test_an_untraced_run_records_no_progress_and_still_gets_the_result(traces: TraceIds) -> None:
     traces.spans.clear()
 
-    _, (shown,) = run_agent(agent_tools("remote_tool", ["progress_steps"]), [[("progress_steps", {"steps": 2})]])
+    _, (shown,) = run_agent(
+        agent_tools("remote_tool", ["progress_steps"]), [[("progress_steps", {"steps": 2})]]
+    )
 
     assert json.loads(shown) == {"steps": 2}
     assert traces.spans == []
@@ -609,5 +632,8 @@ def test_the_openai_agents_example_prints_what_its_docstring_says(
     framework_env: dict[str, str], framework_worker: WorkerProcess
 ) -> None:
     assert_example_prints_its_docstring(
-        "openai_agents_agent.py", framework_env, timeout=120, without=["OPENAI_API_KEY"]  # none needed
+        "openai_agents_agent.py",
+        framework_env,
+        timeout=120,
+        without=["OPENAI_API_KEY"],  # none needed
     )

@@ -76,6 +76,7 @@ def _run_sync_loop_closed() -> Iterator[None]:
     asyncio.set_event_loop(None)
     loop.close()
 
+
 #: One model turn: the tool calls it makes (run concurrently by pydantic-ai), or its final text.
 Step = list[tuple[str, dict[str, Any]]] | str
 
@@ -199,7 +200,7 @@ def test_a_bad_call_is_refused_before_sending_and_the_model_is_told_which_field_
         "catalogue-the-tools-own-when-nothing-above-is-set",
     ],
 )
-def test_the_remote_deadline_follows_toolexecs_precedence_with_the_agents_tool_timeout_as_framework_level(
+def test_the_remote_deadline_follows_toolexecs_precedence_with_the_agents_tool_timeout_as_framework_level(  # noqa: E501
     kind: str,
     tool: str,
     proxy: Timeout,
@@ -282,13 +283,17 @@ class Deps:
 
 
 @pytest.mark.parametrize(
-    "deps", [Deps(user="ada", toolexec_run_id="order-42"), {"run_id": "order-42"}], ids=["attribute", "key"]
+    "deps",
+    [Deps(user="ada", toolexec_run_id="order-42"), {"run_id": "order-42"}],
+    ids=["attribute", "key"],
 )
 def test_deps_that_carry_a_run_id_name_the_run_across_agent_runs_and_over_a_run_scope(
     deps: object, framework_client: ToolClient, runs: tuple[str, redis.Redis]
 ) -> None:
     model = scripted([("idem_count", {"counter": runs[0]})], "done")
-    agent: Agent[Any, str] = Agent(model, tools=tools("remote_tool", "idem_count"), deps_type=type(deps))
+    agent: Agent[Any, str] = Agent(
+        model, tools=tools("remote_tool", "idem_count"), deps_type=type(deps)
+    )
 
     first = agent.run_sync("go", deps=deps)
     with run_scope("an-outer-scope"):
@@ -338,7 +343,8 @@ def test_a_timeout_is_a_failed_tool_result_naming_the_tool_and_the_run_goes_on_w
     (shown,) = returns(result)
     assert shown.outcome == "failed"
     assert shown.content == (
-        "tool 'probe_sleep' timed out after 0.3s; the call was abandoned. Call it again or carry on without it."
+        "tool 'probe_sleep' timed out after 0.3s; the call was abandoned. Call it again or carry "
+        "on without it."
     )
     assert result.output == "carried on"
     assert elapsed < 2.0  # answered before the 2 s tool could have finished
@@ -359,8 +365,8 @@ def test_a_retry_after_a_timeout_waits_for_the_same_execution(
 
     assert timed_out.outcome == "failed"
     assert timed_out.content == (
-        "tool 'idem_count' timed out after 1.5s; calling it again with the same arguments waits for the same "
-        "execution."
+        "tool 'idem_count' timed out after 1.5s; calling it again with the same arguments waits "
+        "for the same execution."
     )
     assert joined.outcome == "success" and joined.content["runs"] == 1
     assert counted(runs) == 1
@@ -419,7 +425,9 @@ def test_failures_never_use_up_the_retries_that_invalid_arguments_get(
     kind: str, framework_client: ToolClient
 ) -> None:
     fail: Step = [("probe_fail", {"message": "boom"})]
-    agent = Agent(scripted(*[fail] * (2 * MAX_RETRIES), "carried on"), tools=tools(kind, "probe_fail"))
+    agent = Agent(
+        scripted(*[fail] * (2 * MAX_RETRIES), "carried on"), tools=tools(kind, "probe_fail")
+    )
 
     result = run(agent)
 
@@ -452,11 +460,16 @@ def test_an_unreachable_broker_ends_the_run_instead_of_asking_the_model_to_retry
 # -- 5. approval, as pydantic-ai asks for it ---------------------------------------------
 
 
-def approving(kind: str, counter: str, **options: Any) -> tuple[Agent[None, Any], AgentRunResult[Any]]:
+def approving(
+    kind: str, counter: str, **options: Any
+) -> tuple[Agent[None, Any], AgentRunResult[Any]]:
     """An agent whose model calls ``approved_count`` once, and its first run, paused."""
     model = scripted([("approved_count", {"counter": counter})], "done")
     agent: Agent[None, Any] = Agent(
-        model, tools=tools(kind, "approved_count"), output_type=[str, DeferredToolRequests], **options
+        model,
+        tools=tools(kind, "approved_count"),
+        output_type=[str, DeferredToolRequests],
+        **options,
     )
     return agent, agent.run_sync("go")
 
@@ -502,7 +515,10 @@ def test_a_toolset_or_a_proxy_overrides_whether_a_tool_requires_approval(
     trusted = remote_tools(requires_approval={"approved_count": False}).as_pydantic_ai()
     gated = remote_tool("probe_echo", requires_approval=True).as_pydantic_ai()
     agent: Agent[None, Any] = Agent(
-        scripted([("approved_count", {"counter": runs[0]}), ("probe_echo", {"text": "x", "number": 1})], "done"),
+        scripted(
+            [("approved_count", {"counter": runs[0]}), ("probe_echo", {"text": "x", "number": 1})],
+            "done",
+        ),
         tools=[t for t in trusted if t.name != "probe_echo"] + [gated],
         output_type=[str, DeferredToolRequests],
     )
@@ -512,7 +528,9 @@ def test_a_toolset_or_a_proxy_overrides_whether_a_tool_requires_approval(
     assert isinstance(paused.output, DeferredToolRequests)
     assert [call.tool_name for call in paused.output.approvals] == ["probe_echo"]
     assert counted(runs) == 1  # the toolset's override let it run unasked
-    with pytest.raises(ValueError, match="requires_approval names tools not in this toolset: 'no_such_tool'"):
+    with pytest.raises(
+        ValueError, match="requires_approval names tools not in this toolset: 'no_such_tool'"
+    ):
         remote_tools(requires_approval={"no_such_tool": True})
     with pytest.raises(TypeError, match="must be True, False or None; got 'yes'"):
         remote_tool("probe_echo", requires_approval="yes")  # type: ignore[arg-type]
@@ -532,13 +550,18 @@ def test_a_remote_tools_progress_reaches_the_runs_event_stream_as_events_of_its_
             if isinstance(event, RemoteToolProgress):
                 seen.append(event)
 
-    agent = Agent(streamed([("progress_steps", {"steps": 3, "pause": 0.15})], "done"), tools=tools(kind, "progress_steps"))
+    agent = Agent(
+        streamed([("progress_steps", {"steps": 3, "pause": 0.15})], "done"),
+        tools=tools(kind, "progress_steps"),
+    )
 
     result = agent.run_sync("go", event_stream_handler=handler)
 
     assert result.output == "done"
     assert seen, "no progress event reached the stream"
-    assert {(e.tool_name, e.tool_call_id, e.total) for e in seen} == {("progress_steps", "call-0-0", 3)}
+    assert {(e.tool_name, e.tool_call_id, e.total) for e in seen} == {
+        ("progress_steps", "call-0-0", 3)
+    }
     assert [e.done for e in seen] == sorted({e.done for e in seen})
     assert (seen[-1].done, seen[-1].message) == (3, "step 3")  # the last report always arrives
 
