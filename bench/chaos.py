@@ -219,8 +219,9 @@ def _run(seed: int, args: argparse.Namespace, workdir: Path) -> _Seed:
             if time.monotonic() >= ends - 1.0:
                 break
             name = rng.choice(faults)
+            struck = time.time()  # when it struck: a worker's restart after it takes seconds
             detail = _strike(name, rng, server, store, workers, callers, deaths, caller)
-            result.faults.append(_Fault(time.time(), name, detail))
+            result.faults.append(_Fault(struck, name, detail))
             with open(workdir / "faults.log", "a") as fault_log:
                 fault_log.write(f"{result.faults[-1].at:.4f} {name}: {detail}\n")
             next_fault = time.monotonic() + rng.uniform(1.5, 4.0)

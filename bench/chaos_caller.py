@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
 import sys
@@ -30,6 +31,8 @@ def main(argv: list[str]) -> int:
         int(argv[3]),
         float(argv[4]),
     )
+    # The client's warnings (a call lost, Redis away), timed, to read beside the faults.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
     configure()
     with open(out, "a", buffering=1) as log:
         asyncio.run(_calls(log, random.Random(seed), seconds, in_flight, deadline))

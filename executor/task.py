@@ -144,8 +144,8 @@ async def run_call_async(
         return None
     if admitted.call.idempotency_key is None:
         # Plain calls that end at the same moment share one pipeline (_conclude_plain).
-        return await offload.batched(_conclude_plain, (admitted, outcome, settings))
-    return await offload(functools.partial(conclude, admitted, outcome, settings=settings))
+        return await offload.deliver_batched(_conclude_plain, (admitted, outcome, settings))
+    return await offload.deliver(functools.partial(conclude, admitted, outcome, settings=settings))
 
 
 @contextmanager

@@ -104,7 +104,7 @@ from celery.utils.nodenames import gethostname
 from kombu.serialization import prepare_accept_content
 
 from executor.claims import waits_for_hold
-from executor.pools.offload import IO_THREADS, IOLanes, Offload
+from executor.pools.offload import DELIVERY_THREADS, IO_THREADS, IOLanes, Offload
 from executor.pools.trace import AsyncTask, AsyncTrace
 
 # AsyncTask, Offload and IO_THREADS live in the modules of their concepts; they stay
@@ -262,6 +262,7 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
                 "waiting": len(self._waiting),
                 "tool-threads": len(self._tools._threads),
                 "io-threads": IO_THREADS,
+                "delivery-threads": DELIVERY_THREADS,
             }
         )
         return info

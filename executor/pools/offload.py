@@ -10,6 +10,13 @@ self-pipe) once per step, a lane takes every step queued meanwhile, runs them, t
 settles all their futures with one wake-up of the loop; and steps queued with
 :meth:`Offload.batched` for the same function run as one call of it (the outcome pushes
 of many plain calls then share one Redis pipeline).
+
+**Outcomes first.** A call's admission may wait on Redis (a begin or a copy's start
+tried again while Redis refuses writes, for up to its patience), and a lane runs the
+steps it took one after another. So the outcome of a call that has run is never queued
+behind them: its delivery goes to a lane of its own (:meth:`Offload.deliver`,
+:meth:`Offload.deliver_batched`), and an outcome ready is sent as soon as Redis takes it,
+however many calls wait to begin.
 """
 
 from __future__ import annotations
@@ -21,13 +28,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["IO_THREADS", "IOLanes", "Offload"]
+__all__ = ["DELIVERY_THREADS", "IO_THREADS", "IOLanes", "Offload"]
 
 T = TypeVar("T")
 Item = TypeVar("Item")  # an item of a batched step
 
 #: Threads that run the short blocking steps of async task bodies (Redis round trips).
 IO_THREADS = 2
+#: Threads that deliver outcomes, apart from the others (see "Outcomes first").
+DELIVERY_THREADS = 1
 
 
 class Offload(Protocol):
@@ -46,20 +55,74 @@ class Offload(Protocol):
         """
         ...
 
+    def deliver(self, func: Callable[[], T], /) -> Awaitable[T]:
+        """As calling this, on the delivery lane: for a step that sends an outcome."""
+        ...
+
+    def deliver_batched(
+        self, func: Callable[[list[Item]], list[T | BaseException]], item: Item, /
+    ) -> Awaitable[T]:
+        """As :meth:`batched`, on the delivery lane: for steps that send outcomes."""
+        ...
+
 
 class IOLanes:
-    """Threads that run blocking steps for the loop, handing results back in batches.
+    """The pool's :class:`Offload`: lanes for the blocking steps, and lanes of their own
+    for the deliveries of outcomes (see the module: how they batch, and why apart).
 
-    This is the pool's :class:`Offload` (see the module for how it batches).
+    Args:
+        threads: How many threads take the steps.
+        delivery_threads: How many threads take the deliveries.
+    """
+
+    def __init__(self, threads: int, *, delivery_threads: int = DELIVERY_THREADS) -> None:
+        self._steps = _Lanes(threads, name="toolexec-io")
+        self._deliveries = _Lanes(delivery_threads, name="toolexec-deliver")
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start the threads; they settle their futures on ``loop``."""
+        self._steps.start(loop)
+        self._deliveries.start(loop)
+
+    def __call__(self, func: Callable[[], T], /) -> asyncio.Future[T]:
+        """Queue ``func``; a future of the running loop gets its result."""
+        return self._steps(func)
+
+    def batched(
+        self, func: Callable[[list[Item]], list[T | BaseException]], item: Item, /
+    ) -> asyncio.Future[T]:
+        """Queue ``item`` for ``func``; a future of the running loop gets its result."""
+        return self._steps.batched(func, item)
+
+    def deliver(self, func: Callable[[], T], /) -> asyncio.Future[T]:
+        """Queue ``func``, which delivers an outcome, on the delivery lanes."""
+        return self._deliveries(func)
+
+    def deliver_batched(
+        self, func: Callable[[list[Item]], list[T | BaseException]], item: Item, /
+    ) -> asyncio.Future[T]:
+        """Queue ``item`` for ``func``, which delivers outcomes, on the delivery lanes."""
+        return self._deliveries.batched(func, item)
+
+    def stop(self) -> None:
+        """Let each thread finish the steps queued before, then end it (the steps first:
+        a step may still end in a delivery); wait for them."""
+        self._steps.stop()
+        self._deliveries.stop()
+
+
+class _Lanes:
+    """Threads that run blocking steps for the loop, handing results back in batches.
 
     Args:
         threads: How many threads (lanes) take steps.
+        name: The threads' name prefix.
     """
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, *, name: str) -> None:
         self._steps: queue.SimpleQueue[_Step | None] = queue.SimpleQueue()
         self._threads = [
-            threading.Thread(target=self._run, name=f"toolexec-io-{i}", daemon=True)
+            threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
             for i in range(threads)
         ]
         self._loop: asyncio.AbstractEventLoop | None = None

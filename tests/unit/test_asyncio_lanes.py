@@ -64,3 +64,35 @@ def test_a_batched_function_that_raises_fails_every_step_of_its_batch() -> None:
             await asyncio.to_thread(lanes.stop)
 
     asyncio.run(main())
+
+
+def test_an_outcome_is_delivered_while_the_step_lanes_wait_on_redis() -> None:
+    # Admissions tried again while Redis refuses writes hold the step lanes (a lane runs
+    # the steps it took one after another); a call that has run must still have its
+    # outcome sent, on the delivery lane.
+    release = threading.Event()
+    entered = threading.Event()
+
+    def begin_patiently() -> str:
+        entered.set()
+        release.wait(10)
+        return "begun"
+
+    async def main() -> None:
+        lanes = IOLanes(1)
+        lanes.start(asyncio.get_running_loop())
+        try:
+            waiting = [lanes(begin_patiently), lanes(begin_patiently)]
+            await asyncio.to_thread(entered.wait, 5)  # the step lane is taken
+            push = lanes.deliver_batched(lambda items: [f"sent {i}" for i in items], 1)
+            sent = await asyncio.wait_for(push, 5)
+            alone = await asyncio.wait_for(lanes.deliver(lambda: "sent"), 5)
+            assert not any(step.done() for step in waiting)
+            release.set()
+            assert await asyncio.gather(*waiting) == ["begun", "begun"]
+        finally:
+            release.set()
+            await asyncio.to_thread(lanes.stop)
+        assert (sent, alone) == ("sent 1", "sent")
+
+    asyncio.run(main())
