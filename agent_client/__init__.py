@@ -29,6 +29,7 @@ from agent_client.remote import RemoteTool, remote_tool
 from agent_client.runs import current_run_id, run_scope
 from agent_client.submitted import attach
 from agent_client.toolset import RemoteToolset, remote_tools
+from wire.errors import ToolexecError
 
 __all__ = [
     # Proxies
@@ -56,6 +57,7 @@ __all__ = [
     "configure",
     "get_client",
     # Errors
+    "ToolexecError",
     "RemoteToolError",
     "ToolNotFound",
     "ToolArgumentsInvalid",

@@ -1,16 +1,17 @@
 """Errors a remote tool call raises in the agent process, and how an outcome becomes one.
 
 ```
-RemoteToolError
-├── ToolNotFound            no live worker serves that tool
-├── ToolArgumentsInvalid    the model's arguments do not fit the schema
-├── ToolExecutionError      the tool raised (remote type and message kept)
-├── ToolTimeoutError        the deadline passed; the caller stopped waiting
-├── WorkerLost              the worker died while running the call
-├── ToolOutcomeUnknown      the call may have run, and no reply came in time (or Redis lost it)
-├── ToolCancelled           the call was cancelled: it never started, or it was stopped
-├── CallerGone              workers judged this caller gone and did not run the call
-└── BrokerUnavailable       Redis or the broker cannot be reached; the call was not sent
+ToolexecError                   (wire.errors: toolexec's own errors, on every side)
+└── RemoteToolError             a remote tool call failed
+    ├── ToolNotFound            no live worker serves that tool
+    ├── ToolArgumentsInvalid    the model's arguments do not fit the schema
+    ├── ToolExecutionError      the tool raised (remote type and message kept)
+    ├── ToolTimeoutError        the deadline passed; the caller stopped waiting
+    ├── WorkerLost              the worker died while running the call
+    ├── ToolOutcomeUnknown      the call may have run, and no reply came in time (or Redis lost it)
+    ├── ToolCancelled           the call was cancelled: it never started, or it was stopped
+    ├── CallerGone              workers judged this caller gone and did not run the call
+    └── BrokerUnavailable       Redis or the broker cannot be reached; the call was not sent
 ```
 
 Each message is written to be shown to a model as it is: it names the tool and says
@@ -35,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from wire.errors import ToolexecError
 from wire.models import CallOutcome, ErrorKind
 
 __all__ = [
@@ -51,8 +53,8 @@ __all__ = [
 ]
 
 
-class RemoteToolError(Exception):
-    """Base of every error a remote tool call raises.
+class RemoteToolError(ToolexecError):
+    """Base of every error a remote tool call raises; one branch of toolexec's errors.
 
     Attributes:
         tool: Name of the tool called, or None when the error concerns no single tool.

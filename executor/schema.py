@@ -1,8 +1,9 @@
-"""JSON Schema from a function's signature, type hints and Google-style docstring.
+"""JSON Schema from a function's signature, type hints and docstring.
 
 :func:`function_schema` is a numbered pipeline:
 
-1. docstring → a description and one description per parameter (``Args:`` section);
+1. docstring → a description and one description per parameter (Google's ``Args:``,
+   NumPy's ``Parameters`` or Sphinx's ``:param:``, read by ``docstring_parser``);
 2. signature and type hints → one pydantic field per parameter;
 3. ``pydantic.create_model`` → the argument model that validates and coerces calls;
 4. the model → the JSON Schema the model and the client see;
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import docstring_parser
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.fields import FieldInfo
@@ -30,10 +32,8 @@ from executor.errors import ToolDefinitionError
 
 __all__ = ["FunctionSchema", "function_schema"]
 
-_SECTION = re.compile(
-    r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?)\s*:\s*$"
-)
-_PARAM = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\(([^)]*)\))?\s*:\s*(.*)$")
+#: What docstring_parser names a parameter's entry (not an ``Attributes`` one).
+_PARAMETER_SECTIONS = frozenset({"param", "parameter", "arg", "argument", "key", "keyword"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,27 +160,21 @@ def _create_model(
 
 
 def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """Split a Google-style docstring into its description and ``Args:`` entries."""
-    description: list[str] = []
-    params: dict[str, str] = {}
-    section: str | None = None
-    current: str | None = None
-    for line in doc.splitlines():
-        heading = _SECTION.match(line)
-        if heading:
-            section, current = heading.group(1).lower(), None
-            continue
-        if section is None:
-            description.append(line)
-        elif section in ("args", "arguments", "parameters"):
-            indent = len(line) - len(line.lstrip())
-            entry = _PARAM.match(line) if indent <= 4 else None
-            if entry:
-                current = entry.group(1)
-                params[current] = entry.group(3).strip()
-            elif current and line.strip():
-                params[current] = f"{params[current]} {line.strip()}".strip()
-    return "\n".join(description).strip(), params
+    """Split a docstring into its description and one description per parameter.
+
+    ``docstring_parser`` reads the style it finds: Google (``Args:``), NumPy
+    (``Parameters`` underlined), Sphinx (``:param name:``) or Epydoc. A parameter's
+    lines are joined into one; its ``*`` or ``**`` is dropped.
+    """
+    # Its Google reader finds a section only after a line break: a docstring that opens
+    # with ``Args:`` would otherwise be all description.
+    parsed = docstring_parser.parse(f"\n{doc}")
+    params = {
+        param.arg_name.lstrip("*"): " ".join(param.description.split())
+        for param in parsed.params
+        if param.args[0] in _PARAMETER_SECTIONS and param.description
+    }
+    return (parsed.description or "").strip(), params
 
 
 def _camel(name: str) -> str:

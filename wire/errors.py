@@ -5,10 +5,12 @@ ToolexecError
 └── ConfigurationError     a setting has a value toolexec cannot use
 ```
 
-The worker adds ``ToolDefinitionError`` (``executor.errors``) and the ops package adds
-``LaunchError`` (``toolexec.errors``) under the same base. Failures of a call never
-cross the wire as exceptions: they travel as :class:`~wire.models.ErrorInfo` data, and
-the agent raises them as ``agent_client.RemoteToolError``.
+The worker adds ``ToolDefinitionError`` (``executor.errors``), the ops package
+``LaunchError`` (``toolexec.errors``) and the agent ``RemoteToolError``, the base of a
+call's failures (``agent_client.errors``), under the same base: ``except ToolexecError``
+catches every error toolexec raises. Failures of a call never cross the wire as
+exceptions: they travel as :class:`~wire.models.ErrorInfo` data, and the agent raises
+them as ``RemoteToolError``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ __all__ = ["ConfigurationError", "ToolexecError"]
 
 
 class ToolexecError(Exception):
-    """Base of toolexec's own errors (not of call failures)."""
+    """Base of every error toolexec raises: its own (settings, definitions, launches) and,
+    through ``agent_client.RemoteToolError``, a remote call's failures."""
 
 
 class ConfigurationError(ToolexecError, ValueError):

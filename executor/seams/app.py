@@ -30,6 +30,7 @@ from executor.keeper import Keeper
 from executor.pools import WORKER_POOLS
 from executor.registry import registered_tools
 from executor.seams import put_back
+from executor.seams.batched_read import in_hand
 from executor.seams.events import TaskEvents, sends_task_events_at_start
 from executor.seams.lockdown import Lockdown, broker_ssl_options
 from executor.seams.transport import BROKER_URL_OPTION, MAX_ITEM_OPTION, REDIS_URL_OPTION
@@ -225,8 +226,10 @@ def _calls_held(hostname: str) -> list[tuple[str, str]]:
     """(``running:<call id>``, holder) of every call this worker has taken.
 
     The holder names the pool process running it, or pid 0 while it waits in this
-    worker for a free process. A client whose call waits reads it to notice that this
-    worker died, including calls it had taken but not started.
+    worker for a free process, or, popped from its queue, for its turn to be handed to
+    Celery (:func:`executor.seams.batched_read.in_hand`). A client whose call waits
+    reads it to notice that this worker died, including calls it had taken but not
+    started.
     """
     try:
         held = {
@@ -236,15 +239,15 @@ def _calls_held(hostname: str) -> list[tuple[str, str]]:
         }
     except RuntimeError:  # a set changed while we copied it; next beat
         return []
-    marks = []
+    marks = {}
     for request in held:
         kwargs = getattr(request, "kwargs", None)
         call_id = kwargs.get("call_id") if isinstance(kwargs, dict) else None
         if isinstance(call_id, str):
-            marks.append(
-                (keys.running(call_id), holder(hostname, getattr(request, "worker_pid", None) or 0))
-            )
-    return marks
+            marks[call_id] = holder(hostname, getattr(request, "worker_pid", None) or 0)
+    for call_id in in_hand():
+        marks.setdefault(call_id, holder(hostname, 0))
+    return [(keys.running(call_id), tag) for call_id, tag in marks.items()]
 
 
 def _pool_name(pool: Any) -> str:

@@ -14,10 +14,13 @@ popping a message and handing it to Celery, which now spans the messages of one 
 
 * with kombu's ack emulation off (the default), a message popped is held only in the
   worker's memory either way, until it is acknowledged: a worker killed in that window
-  loses it, and the client's watchdog notices the call neither queued nor held, as for a
-  message delivered but not yet recorded (docs/guarantees.md). So does a read whose
-  reply Redis sent as the connection broke: one message with ``BRPOP``, up to
-  :data:`BATCH_MAX` with ``BLMPOP``;
+  loses it, and the client's watchdog notices the call held by a dead worker (the
+  heartbeat names the messages of a read not yet handed to Celery, :func:`in_hand`,
+  as it names the calls waiting for a process: on the solo pool they wait as long as
+  the calls before them run). A read whose reply Redis sent as the connection broke
+  loses its messages unrecorded, and the watchdog notices them neither queued nor held
+  (docs/guarantees.md): one message with ``BRPOP``, up to :data:`BATCH_MAX` with
+  ``BLMPOP``;
 * with ack emulation on, kombu records each message in its unacknowledged hash as it is
   delivered; so that no more than one popped message is ever outside that hash, the
   channel reads one ``BRPOP`` at a time, as kombu does;
@@ -43,9 +46,9 @@ from typing import TYPE_CHECKING, Any
 import redis
 from kombu.utils.encoding import bytes_to_str
 
-from executor.seams.put_back import PutBack
+from executor.seams.put_back import PutBack, call_id_of
 
-__all__ = ["BATCH_MAX", "BatchedRead"]
+__all__ = ["BATCH_MAX", "BatchedRead", "in_hand"]
 
 #: Most messages one read (``BLMPOP``) takes; fewer when prefetch leaves less room. A
 #: read's messages are handed to Celery one after another in one turn of the consumer's
@@ -131,10 +134,41 @@ class BatchedRead(PutBack):
             self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
 
     def _deliver_items(self, items: Sequence[bytes], queue: str, popped_from: str) -> None:
-        """Deliver each item of ``queue`` in turn; if one raises, put the items after it back."""
-        for index, item in enumerate(items):
-            try:
-                self._deliver_item(item, queue)
-            except BaseException:
-                self._put_back_unread(items[index + 1 :], popped_from)
-                raise
+        """Deliver each item of ``queue`` in turn; if one raises, put the items after it back.
+
+        Until its turn, an item is named by :func:`in_hand`: on the solo pool each call
+        runs as it is delivered, so the items after it wait here as long as it runs.
+        """
+        key = id(self)
+        try:
+            for index, item in enumerate(items):
+                _in_hand[key] = (items, index)
+                try:
+                    self._deliver_item(item, queue)
+                except BaseException:
+                    self._put_back_unread(items[index + 1 :], popped_from)
+                    raise
+        finally:
+            del _in_hand[key]
+
+
+#: The reads being delivered, by channel: their items, and the index of the one whose
+#: turn it is (those before it were handed to Celery).
+_in_hand: dict[int, tuple[Sequence[bytes], int]] = {}
+
+
+def in_hand() -> list[str]:
+    """The call ids of the messages this process popped from its queues and has not yet
+    handed to Celery (read from the heartbeat's thread).
+
+    The worker holds them as it holds a call waiting for a free process: its heartbeat
+    names them (pid 0), so that the client's watchdog, which finds them neither queued
+    nor held by a request, does not take them for lost.
+    """
+    call_ids = []
+    for items, turn in list(_in_hand.values()):
+        for item in items[turn:]:
+            call_id = call_id_of(item)
+            if call_id is not None:
+                call_ids.append(call_id)
+    return call_ids

@@ -56,6 +56,7 @@ __all__ = [
     "PutBack",
     "accepted",
     "begin",
+    "call_id_of",
     "is_stale",
     "leaving",
     "put_back",
@@ -203,14 +204,13 @@ def started(delivery_tag: object) -> bool:
     """Whether the call of delivery ``delivery_tag`` started in a pool process, or will:
     on the prefork pool, a job whose writing to a child has begun runs there, though the
     child's word that it took it (``on_accepted``) may not have reached this process yet
-    (Celery's ``AsynPool.flush`` finishes writing such a job when the connection breaks)."""
+    (Celery's ``AsynPool.flush`` finishes writing such a job when the connection breaks,
+    then drops it: the request keeps it, ``toolexec_job``)."""
     tag = str(delivery_tag)
     with _lock:
         if tag in _accepted:
             return True
-    request = _requests.get(tag)
-    result = getattr(request, "_apply_result", None)
-    job = result() if callable(result) else None
+    job = getattr(_requests.get(tag), "toolexec_job", None)
     return getattr(job, "_write_to", None) is not None
 
 
@@ -375,7 +375,7 @@ class PutBack(kombu_redis.Channel):
                         sent_again(item, generation_of(item) or 0) if _is_envelope(item) else item
                     )
                     marker = keys.restored(hashlib.sha256(item).hexdigest(), queue)
-                    self._put_back_once(client, queue, marker, _call_id_of(item), envelope)
+                    self._put_back_once(client, queue, marker, call_id_of(item), envelope)
 
         try:
             self._while_broker_away(attempt)
@@ -417,7 +417,7 @@ def _is_envelope(item: bytes) -> bool:
     return item[:1] == b"{"
 
 
-def _call_id_of(item: bytes) -> str | None:
+def call_id_of(item: bytes) -> str | None:
     """The call id (Celery's task id) in an envelope's headers; None if it has none."""
     try:
         headers = json.loads(item).get("headers")

@@ -114,6 +114,8 @@ def request_class(settings: Settings) -> type[Request]:
 
         #: The app's timezone, read once for every request rather than once per message.
         _toolexec_tz: Any = _UNREAD
+        #: The pool's job for this call, once handed over (:meth:`execute_using_pool`).
+        toolexec_job: Any = None
 
         def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
             # Celery's constructor takes its ISO 8601 parser as an argument: the standard
@@ -151,6 +153,15 @@ def request_class(settings: Settings) -> type[Request]:
                 raise StartedBefore(
                     "an at-most-once call delivered again after the worker that started it died"
                 )
+
+        def execute_using_pool(self, pool: Any, **kwargs: Any) -> Any:
+            """Celery's hand-over to the pool, keeping the pool's job for
+            :func:`put_back.started`: Celery keeps it only weakly (``_apply_result``), and
+            the prefork pool's ``AsynPool.flush`` drops a job it finished writing to a
+            child as the connection breaks, so a put-back then would take a call the
+            child runs for one not started, and the call would run twice."""
+            self.toolexec_job = super().execute_using_pool(pool, **kwargs)
+            return self.toolexec_job
 
         def on_accepted(self, pid: int, time_accepted: float) -> None:
             put_back.accepted(

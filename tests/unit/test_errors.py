@@ -32,9 +32,10 @@ def classes_of(module: ModuleType) -> list[type[BaseException]]:
     return [getattr(module, name) for name in module.__all__]
 
 
-def test_every_agent_error_is_a_remote_tool_error() -> None:
+def test_every_agent_error_is_a_remote_tool_error_and_so_a_toolexec_error() -> None:
     for error in classes_of(agent_errors):
         assert issubclass(error, RemoteToolError), error
+        assert issubclass(error, ToolexecError), error
 
 
 def test_every_worker_error_is_a_toolexec_error() -> None:
@@ -57,7 +58,7 @@ def test_no_error_shadows_a_builtin_name(module: ModuleType) -> None:
 @pytest.mark.parametrize(
     ("module", "root", "homes"),
     [
-        (agent_errors, RemoteToolError, [agent_errors]),
+        (agent_errors, ToolexecError, [agent_errors, wire_errors]),
         (wire_errors, ToolexecError, [wire_errors]),
         (worker_errors, ToolexecError, [worker_errors, wire_errors]),
         (ops_errors, ToolexecError, [ops_errors, wire_errors]),

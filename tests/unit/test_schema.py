@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import socket
 import threading
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, Optional
 
 import pydantic
@@ -97,6 +98,67 @@ def test_sections_after_args_do_not_leak_into_parameter_descriptions() -> None:
     described = properties(function_schema(search, name="s"))["tags"]["description"]
 
     assert described == "Only passages with these tags."
+
+
+def numpy_style(query: str, limit: int = 10) -> list[str]:
+    """Search the corpus for passages.
+
+    Returns the best passages first.
+
+    Parameters
+    ----------
+    query : str
+        The words to look for,
+        continued on a second line.
+    limit : int
+        How many passages at most.
+
+    Returns
+    -------
+    list of str
+        The passages.
+    """
+    return []
+
+
+def sphinx_style(query: str, limit: int = 10) -> list[str]:
+    """Search the corpus for passages.
+
+    Returns the best passages first.
+
+    :param query: The words to look for,
+        continued on a second line.
+    :param int limit: How many passages at most.
+    :returns: The passages.
+    """
+    return []
+
+
+@pytest.mark.parametrize("func", [numpy_style, sphinx_style], ids=["numpy", "sphinx"])
+def test_numpy_and_sphinx_docstrings_describe_the_tool_and_its_parameters(
+    func: Callable[..., Any],
+) -> None:
+    schema = function_schema(func, name="s")
+
+    assert (
+        schema.description == "Search the corpus for passages.\n\nReturns the best passages first."
+    )
+    assert properties(schema)["query"]["description"] == (
+        "The words to look for, continued on a second line."
+    )
+    assert properties(schema)["limit"]["description"] == "How many passages at most."
+
+
+def test_an_attributes_section_describes_no_parameter() -> None:
+    def tool_with_attributes(x: int) -> int:
+        """Double x.
+
+        Attributes:
+            x: Not a parameter's description: the section names attributes.
+        """
+        return 2 * x
+
+    assert "description" not in properties(function_schema(tool_with_attributes, name="t"))["x"]
 
 
 def test_parameters_without_a_default_are_required_and_defaults_are_published() -> None:

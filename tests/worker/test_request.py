@@ -7,6 +7,7 @@ exited; ``on_failure`` then gets the ``WorkerLostError`` billiard reports for it
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -16,10 +17,13 @@ import pytest
 import redis
 from billiard.einfo import ExceptionInfo
 from billiard.exceptions import WorkerLostError
+from billiard.pool import ApplyResult
 from celery import Celery
+from celery.concurrency.base import BasePool
 from celery.worker.request import Request
 from kombu.message import Message
 
+from executor.seams import put_back
 from executor.seams.request import release_dead_child, request_class
 from executor.task import register_tasks
 from executor.worker import holder
@@ -256,3 +260,49 @@ def test_release_dead_child_never_raises_so_celerys_own_handling_still_runs(
         "could not release the marker of a lost call: ValidationError",
         "could not release the marker of a lost call: ConnectionError",
     ]
+
+
+class DropsItsJobs(BasePool):  # type: ignore[misc]  # Celery is untyped
+    """Celery's pool base with billiard's own jobs (``ApplyResult``) in a cache it may
+    clear, as the prefork pool's ``AsynPool.flush`` discards the jobs it wrote to a child
+    when the broker connection breaks."""
+
+    def __init__(self) -> None:
+        super().__init__(limit=1)
+        self.cache: dict[int, ApplyResult] = {}
+
+    def on_apply(self, *_: Any, callback: Any = None, **options: Any) -> ApplyResult:
+        return ApplyResult(self.cache, callback, accept_callback=options.get("accept_callback"))
+
+
+@pytest.mark.parametrize("written", [True, False], ids=["written", "not-written"])
+def test_a_job_whose_writing_to_a_child_began_counts_as_started_once_the_pool_dropped_it(
+    app: Celery, written: bool
+) -> None:
+    # A put-back at the connection's close asks put_back.started of each call taken: one
+    # written to a prefork child runs there, so putting it back would run it twice.
+    tag = unique("delivery")
+    call = make_call("book")
+    message = Message(  # type: ignore[no-untyped-call]  # kombu is untyped
+        body=message_body(call, encode_arguments(call.arguments)),
+        headers=task_headers(call, task_name=TASK_AT_MOST_ONCE),
+        content_type="application/json",
+        content_encoding="utf-8",
+        delivery_info={"exchange": "", "routing_key": "default"},
+        delivery_tag=tag,
+    )
+    acks = Acks()
+    request = app.tasks[TASK_AT_MOST_ONCE].Request(
+        message, app=app, hostname=WORKER_HOSTNAME, on_ack=acks.ack, on_reject=acks.reject
+    )
+    pool = DropsItsJobs()
+    request.execute_using_pool(pool)
+    (job,) = pool.cache.values()
+    if written:
+        job._write_to = object()  # what AsynPool sets as it begins writing the job
+    del job
+    pool.cache.clear()
+    gc.collect()
+
+    assert put_back.started(tag) is written
+    assert acks.events == []  # neither acknowledged nor rejected: the child's to answer
