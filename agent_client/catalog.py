@@ -14,10 +14,12 @@ worker consumes its queue. Calls to a known tool are sent even when nothing serv
 at the moment: the message waits in its queue for a worker, within the call's deadline.
 
 The reads also tell which workers went: one seen beating in a read and missing in a
-later one, not back since, while Redis took and kept this client's own writes for an
-interval before it (:mod:`agent_client._io.writes`: a heartbeat lapses in a Redis pause
-or full memory, and vanishes in a restart, and comes back). The watchdog asks
-(:meth:`Catalog.worker_gone`) before it calls a vanished call's worker lost.
+later one, not back since, that did not say it stopped warm (:func:`wire.keys.left`: a
+warm stop finishes or puts back every call it holds), while Redis took and kept this
+client's own writes for an interval before it (:mod:`agent_client._io.writes`: a
+heartbeat lapses in a Redis pause or full memory, and vanishes in a restart, and comes
+back). The watchdog asks (:meth:`Catalog.worker_gone`) before it calls a vanished
+call's worker lost.
 """
 
 from __future__ import annotations
@@ -408,13 +410,27 @@ class Catalog:
             dead = [w for w, beat in zip(ids, beats, strict=True) if beat is None]
             if dead:
                 await link.execute([("SREM", keys.WORKERS, *dead)], timeout=READ_TIMEOUT)
+            view = _parse(raw_specs, beats)
+            # Of the workers that went since the last read, those that stopped warm said
+            # so as they left (wire.keys.left): they took no call with them.
+            went = sorted(set(self._view.workers) - set(view.workers))
+            left: set[str] = set()
+            if went:
+                said = _ok(
+                    (
+                        await link.execute(
+                            [("MGET", *(keys.left(w) for w in went))], timeout=READ_TIMEOUT
+                        )
+                    )[0]
+                )
+                left = {w for w, word in zip(went, said, strict=True) if word is not None}
         except NotSent as exc:
             raise _ReadFailed(explain(exc.__cause__ or exc)) from None
-        self._note_departures(_parse(raw_specs, beats))
+        self._note_departures(view, left)
 
-    def _note_departures(self, view: _View) -> None:
+    def _note_departures(self, view: _View, left: set[str]) -> None:
         for worker_id, queues in self._view.workers.items():
-            if worker_id not in view.workers:
+            if worker_id not in view.workers and worker_id not in left:
                 self._gone.setdefault(worker_id, (queues, view.read_at))
         for worker_id in view.workers:
             self._gone.pop(worker_id, None)  # beating again: a lapse, not a death

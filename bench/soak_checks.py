@@ -156,6 +156,7 @@ class KeyRules:
             "state": max(self.claim_ttl, self.outcome_ttl),
             "running": max(self.claim_ttl, keys.HELD_MARKER_BEATS * self.interval),
             "caller": self.interval,
+            "left": keys.LEFT_BEATS * self.interval,
             "restored": float(keys.RESTORED_TTL),
             "stats": float(max(BUCKETS.values())),
             "deadletter": float(keys.DEADLETTER_TTL),

@@ -265,8 +265,10 @@ class Heartbeat:
             pipe.pexpire(record, marker_ms)
         pipe.execute()
 
-    def stop(self) -> None:
-        """Stop beating (and the keeper) and leave the catalog at once."""
+    def stop(self, *, warm: bool = False) -> None:
+        """Stop beating (and the keeper) and leave the catalog at once; ``warm``: say
+        that the worker left nothing behind (:func:`wire.keys.left`), before its
+        heartbeat goes."""
         self._stopping.set()
         if self._thread.is_alive():
             self._thread.join(timeout=self._interval)
@@ -274,6 +276,9 @@ class Heartbeat:
             self._keeper.stop()
         try:
             pipe = self._client.pipeline(transaction=False)
+            if warm:
+                life = int(keys.LEFT_BEATS * self._interval * 1000)
+                pipe.set(keys.left(self.info.worker_id), "1", px=life)
             pipe.delete(keys.worker(self.info.worker_id))
             pipe.srem(keys.WORKERS, self.info.worker_id)
             pipe.execute()

@@ -32,6 +32,7 @@ __all__ = [
     "fence",
     "handle",
     "handle_waiters",
+    "left",
     "reply",
     "restored",
     "running",
@@ -62,6 +63,13 @@ DEADLETTER_COUNT = PREFIX + "deadletter:count"
 def worker(worker_id: str) -> str:
     """Heartbeat of one worker (TTL: the heartbeat interval)."""
     return f"{PREFIX}worker:{worker_id}"
+
+
+def left(worker_id: str) -> str:
+    """A worker's word that it stopped warm, written as its heartbeat goes (TTL:
+    :data:`LEFT_BEATS` intervals): it finished or put back every call it held, so a
+    client that finds a call gone does not take the worker's departure for a death."""
+    return f"{PREFIX}left:{worker_id}"
 
 
 def reply(client_id: str) -> str:
@@ -193,6 +201,9 @@ def running_keys(call_id: str, idempotency_key: str | None) -> tuple[str, ...]:
 
 #: ``running:<call id>`` lives this many heartbeat intervals, refreshed by each beat.
 HELD_MARKER_BEATS = 10
+#: ``left:<worker id>`` lives this many heartbeat intervals: past the next catalog read
+#: of every client whose calls are watched (one an interval at least).
+LEFT_BEATS = 10
 
 # The dead-letter rules are numbers, not keys, so they stay out of ``__all__`` (whose
 # names tests/unit/test_keys.py builds keys from); import them by name.

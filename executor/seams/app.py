@@ -266,8 +266,14 @@ def _check_pool_often(consumer: Any) -> None:
         hub.call_repeatedly(_POOL_CHECK_INTERVAL, maintain)
 
 
+#: How this worker was told to stop, in turn: "Warm" (SIGTERM) or "Cold" (SIGQUIT, or a
+#: second SIGTERM), as Celery's ``worker_shutting_down`` says.
+_stopping: list[str] = []
+
+
 @signals.worker_shutting_down.connect
-def _on_worker_shutting_down(**_: Any) -> None:
+def _on_worker_shutting_down(how: str | None = None, **_: Any) -> None:
+    _stopping.append(how or "")
     # Celery forgets the calls taken but not started as its consumer closes, though the
     # worker holds them until they are put back as its connection closes: the heartbeat
     # goes on naming them (executor.seams.put_back.leaving).
@@ -282,5 +288,9 @@ def _on_worker_shutting_down(**_: Any) -> None:
 
 @signals.worker_shutdown.connect
 def _on_worker_shutdown(**_: Any) -> None:
+    # A warm stop ends here, once the calls it ran have finished and those it had
+    # taken but not started are back on their queues: the worker leaves nothing behind,
+    # and says so (wire.keys.left). A cold stop cut calls off: its departure is a death.
+    warm = bool(_stopping) and _stopping[-1] == "Warm"
     while _heartbeats:
-        _heartbeats.pop().stop()
+        _heartbeats.pop().stop(warm=warm)

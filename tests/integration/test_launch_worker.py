@@ -123,3 +123,39 @@ def test_kill_loses_the_whole_worker_and_its_heartbeat_expires(
     assert _wait_until(lambda: not any(_alive(pid) for pid in pids), timeout=5.0)
     # TOOLEXEC_HEARTBEAT_INTERVAL is 1 s in the tests: the key's TTL.
     assert _wait_until(lambda: redis_client.exists(key) == 0, timeout=3.0)
+
+
+@pytest.mark.parametrize("stop", ["warm", "cold", "kill"])
+def test_only_a_worker_that_stopped_warm_says_it_left_and_clients_count_the_others_gone(
+    worker_factory: WorkerFactory, tool_client: ToolClient, redis_client: redis.Redis, stop: str
+) -> None:
+    # A warm stop finished or put back every call the worker held: a call found gone is
+    # no call it took with it. A cold stop cut its calls off, and a kill took them.
+    queue = f"leavers-{uuid.uuid4().hex[:8]}"
+    worker = worker_factory(pool="solo", concurrency=1, queues=(queue,))
+    assert worker.info is not None and worker.pid is not None
+    worker_id = worker.info.worker_id
+    catalog = tool_client.catalog
+    since = time.monotonic()
+
+    def gone() -> bool | None:
+        return tool_client.io.run(lambda: catalog.worker_gone(queue, since), timeout=10)
+
+    assert gone() is False  # seen beating
+
+    if stop == "warm":
+        worker.stop(timeout=15.0)
+    elif stop == "cold":
+        os.kill(worker.pid, signal.SIGQUIT)
+        assert _wait_until(lambda: not worker.is_running, timeout=15.0)
+    else:
+        worker.kill()
+    assert _wait_until(lambda: redis_client.exists(keys.worker(worker_id)) == 0, timeout=5.0)
+
+    if stop == "warm":
+        assert 0 < redis_client.pttl(keys.left(worker_id)) <= keys.LEFT_BEATS * 1000
+        assert [gone(), gone()] == [False, False]
+    else:
+        assert redis_client.exists(keys.left(worker_id)) == 0
+        # Gone, once Redis has taken this client's writes for an interval (None till then).
+        assert _wait_until(lambda: gone() is True, timeout=10.0)
