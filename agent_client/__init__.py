@@ -23,11 +23,10 @@ from agent_client.errors import (
     ToolTimeoutError,
     WorkerLost,
 )
-from agent_client.handles import CallHandle, CallNotFound
+from agent_client.handles import CallHandle, CallNotFound, attach
 from agent_client.progress import ProgressEvent, ToolResult
 from agent_client.remote import RemoteTool, remote_tool
 from agent_client.runs import current_run_id, run_scope
-from agent_client.submitted import attach
 from agent_client.toolset import RemoteToolset, remote_tools
 from wire.errors import ToolexecError
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent_client._io.callstate import OP_TIMEOUT, SEND_STALL, CallState, Send
+from agent_client._io.cancels import abandoned
 from agent_client._io.link import Refused, Unknown
 from agent_client._io.loop import IOThread, Waiter, reset_after_fork, settle
 from agent_client._io.replies import ProgressReceiver, ReplyRouter
@@ -36,10 +37,10 @@ from agent_client._io.watchdog import Watchdog
 from agent_client._io.writes import Writes
 from agent_client.abandon import OnAbandon, with_on_abandon
 from agent_client.calls import record_sent
-from agent_client.cancel import abandoned
 from agent_client.catalog import Catalog
 from agent_client.deadline import Attempts, drive_async, drive_sync, time_left
 from agent_client.errors import RemoteToolError, ToolTimeoutError, deadline_error, result_of
+from agent_client.options import CallOptions
 from agent_client.prepare import PreparedCall, prepare_call
 from agent_client.progress import ProgressSink
 from agent_client.runs import StoredOutcomes, current_run_id
@@ -50,7 +51,7 @@ from wire.models import CallOutcome, ErrorKind, ToolSpec, should_store
 from wire.settings import Settings
 from wire.urls import AMQP_SCHEMES, REDIS_SCHEMES
 
-__all__ = ["ToolClient", "configure", "get_client"]
+__all__ = ["ToolClient", "configure", "get_client", "joined_an_expired_call"]
 
 logger = logging.getLogger(__name__)
 
@@ -243,29 +244,6 @@ class ToolClient:
             return True
         return False
 
-    def start(
-        self,
-        spec: ToolSpec,
-        arguments: dict[str, Any],
-        *,
-        timeout: float | None,
-        run_id: str | None = None,
-        idempotency_key: str | None = None,
-        batcher: LoopBatcher | None = None,
-    ) -> tuple[PreparedCall, Waiter]:
-        """Prepare and send one call; return it and the future of its outcome.
-
-        For an idempotent tool the send is a claim: a stored outcome resolves the
-        future at once, and a call already under way in the run is joined. With a
-        ``batcher`` the send waits for the end of the event loop's turn. Returns at
-        once: the client's I/O thread does the sending.
-        """
-        call = self.prepare(
-            spec, arguments, timeout=timeout, run_id=run_id, idempotency_key=idempotency_key
-        )
-        future, _ = self._send(call, timeout=timeout, batcher=batcher)
-        return call, future
-
     def _send(
         self,
         call: PreparedCall,
@@ -322,13 +300,12 @@ class ToolClient:
         self,
         spec: ToolSpec,
         arguments: dict[str, Any],
+        options: CallOptions,
         *,
-        timeout: float | None,
         ends: float | None,
         clock: Callable[[], float],
         batcher: LoopBatcher | None = None,
         progress: ProgressSink | None = None,
-        **options: Any,
     ) -> Attempts:
         """The one wait loop: start an attempt, yield its future, take its outcome.
 
@@ -336,79 +313,86 @@ class ToolClient:
         caller's deadline passed before it started (nothing ran, the claim is free).
         At the deadline the error says how far the send got: not sent
         (``BrokerUnavailable``), maybe sent (``ToolOutcomeUnknown``), or sent and not
-        answered in time (``ToolTimeoutError``). ``options`` are :meth:`prepare`'s.
+        answered in time (``ToolTimeoutError``).
         """
         while True:
             left = None if ends is None else max(0.0, ends - clock())
-            call = self.prepare(spec, arguments, timeout=left, **options)
+            call = self.prepare(
+                spec,
+                arguments,
+                timeout=left,
+                run_id=options.run_id,
+                idempotency_key=options.idempotency_key,
+                on_abandon=options.on_abandon,
+            )
             future, state = self._send(call, timeout=left, batcher=batcher, progress=progress)
             try:
                 outcome = yield future
             except ToolTimeoutError as exc:
                 stalled = self.publisher.stalled(longer_than=SEND_STALL)
                 sent = None if state is None else state.abandon()
-                abandoned(self, call, state)
+                abandoned(self, call.call_id, call.spec, state)
                 raise deadline_error(
                     call.spec.name, exc, sent, stalled=stalled, call_id=call.call_id
                 ) from None
             except BaseException:  # the caller's task cancelled, or the generator closed
-                abandoned(self, call, state)
+                abandoned(self, call.call_id, call.spec, state)
                 raise
             finally:
                 self.replies.forget(call.call_id)
-            if not _joined_an_expired_call(call, outcome):
-                return self._result(call, outcome, timeout=timeout)
+            if not joined_an_expired_call(call, outcome):
+                return self._result(call, outcome, timeout=options.timeout)
 
     async def call(
         self,
         spec: ToolSpec,
         arguments: dict[str, Any],
+        options: CallOptions,
         *,
-        timeout: float | None,
-        started: float | None = None,
-        **options: Any,
+        progress: ProgressSink | None = None,
     ) -> Any:
         """Run a call and return its result, waiting without blocking the event loop.
 
-        ``timeout`` counts from ``started`` (``time.monotonic()``) when given, else from now.
+        Its deadline counts from ``options.started`` when given, else from now.
         """
         loop = asyncio.get_running_loop()
-        left = time_left(timeout, started)
+        left = time_left(options.timeout, options.started)
         ends = None if left is None else loop.time() + left
         attempts = self.attempts(
             spec,
             arguments,
-            timeout=timeout,
+            options,
             ends=ends,
             clock=loop.time,
             batcher=self.batcher(),
-            **options,
+            progress=progress,
         )
         return await drive_async(
-            attempts, ends=ends, timed_out=lambda: ToolTimeoutError(spec.name, timeout or 0.0)
+            attempts,
+            ends=ends,
+            timed_out=lambda: ToolTimeoutError(spec.name, options.timeout or 0.0),
         )
 
     def call_sync(
         self,
         spec: ToolSpec,
         arguments: dict[str, Any],
+        options: CallOptions,
         *,
-        timeout: float | None,
-        started: float | None = None,
-        **options: Any,
+        progress: ProgressSink | None = None,
     ) -> Any:
         """Run a call and return its result, blocking this thread until the deadline (as
         :meth:`call`)."""
-        left = time_left(timeout, started)
+        left = time_left(options.timeout, options.started)
         ends = None if left is None else time.monotonic() + left
         attempts = self.attempts(
-            spec, arguments, timeout=timeout, ends=ends, clock=time.monotonic, **options
+            spec, arguments, options, ends=ends, clock=time.monotonic, progress=progress
         )
         return drive_sync(
             attempts,
             ends=ends,
             clock=time.monotonic,
-            timed_out=lambda: ToolTimeoutError(spec.name, timeout or 0.0),
+            timed_out=lambda: ToolTimeoutError(spec.name, options.timeout or 0.0),
         )
 
     def batcher(self) -> LoopBatcher:
@@ -451,10 +435,10 @@ class ToolClient:
         self.stored.after_fork()
 
 
-def _joined_an_expired_call(call: PreparedCall, outcome: CallOutcome) -> bool:
-    # This caller joined an execution whose own caller's deadline passed before it
-    # started, or that its own caller cancelled: nothing is stored and the claim is
-    # free, so claim it again for this caller (which was not cancelled).
+def joined_an_expired_call(call: PreparedCall, outcome: CallOutcome) -> bool:
+    """Whether ``outcome`` is of an execution ``call`` joined that ended unrun: its own
+    caller's deadline passed before it started, or its own caller cancelled it. Nothing
+    is stored and the claim is free: claim it again for this caller."""
     return (
         outcome.error is not None
         and outcome.error.kind in (ErrorKind.EXPIRED, ErrorKind.CANCELLED)

@@ -9,7 +9,7 @@ ToolProvider (``Agent(tools=[remote_tool("search")])``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Unpack
 
 from agent_client.abandon import OnAbandon, check_on_abandon
 from agent_client.approval import check_approval
@@ -17,15 +17,14 @@ from agent_client.client import ToolClient, get_client
 from agent_client.deadline import NOT_SET, Timeout, check_timeout, resolve_timeout, time_left
 from agent_client.errors import ToolTimeoutError
 from agent_client.frameworks import adapter
-from agent_client.handles import CallHandle
+from agent_client.handles import CallHandle, submit, submit_async
+from agent_client.options import CallKeywords, CallOptions
 from agent_client.progress import (
-    ProgressCallback,
     ProgressEvent,
     ProgressSink,
     ToolResult,
     stream_call,
 )
-from agent_client.submitted import submit, submit_async
 from agent_client.validation import parse_arguments
 from wire.models import ToolSpec
 
@@ -126,19 +125,11 @@ class RemoteTool:
 
     # -- calling -------------------------------------------------------------------
 
-    async def invoke(
-        self,
-        arguments: dict[str, Any] | str,
-        *,
-        timeout: Timeout = NOT_SET,
-        run_id: str | None = None,
-        idempotency_key: str | None = None,
-        framework_timeout: Timeout = NOT_SET,
-        on_progress: ProgressCallback | None = None,
-        started: float | None = None,
-        on_abandon: OnAbandon | None = None,
-    ) -> Any:
-        """Run the tool with ``arguments`` (a dict); per-call options are keywords.
+    async def invoke(self, arguments: dict[str, Any] | str, **options: Unpack[CallKeywords]) -> Any:
+        """Run the tool with ``arguments``; per-call options are keywords
+        (:class:`~agent_client.options.CallKeywords`: ``timeout``, ``run_id``,
+        ``idempotency_key``, ``framework_timeout``, ``on_progress``, ``started``,
+        ``on_abandon``).
 
         Options never clash with argument names, since the arguments are one dict.
 
@@ -146,76 +137,42 @@ class RemoteTool:
             arguments: The tool's arguments: a dict, or the JSON text of one as a model's
                 tool call carries it (read strictly by
                 :func:`~agent_client.validation.parse_arguments`; blank means none).
-            timeout: This call's deadline in seconds (None: no deadline); wins over
-                every default.
-            run_id: The agent run; default: the enclosing ``run_scope()``, if any.
-            idempotency_key: Use this key instead of the one derived from the run,
-                tool and arguments (idempotent tools only).
-            framework_timeout: The framework's default deadline (adapters set it).
-            on_progress: Called on this event loop with each
-                :class:`~agent_client.progress.ProgressEvent` the tool reports, in order,
-                before this returns; an awaitable it returns is awaited.
-            started: When the call was made (``time.monotonic()``), if before this: the
-                deadline counts from then, so what the caller did first (the MCP
-                server's catalog read) is part of it. If it has passed already, this
-                raises ``ToolTimeoutError`` and sends nothing.
-            on_abandon: ``"cancel"`` or ``"leave"`` this call should its caller stop
-                waiting (its deadline passes, its awaiting task is cancelled); None:
-                the proxy's, else the tool's own (:mod:`agent_client.abandon`).
+            **options: The call's options. ``on_progress`` is called on this event loop
+                with each :class:`~agent_client.progress.ProgressEvent` the tool
+                reports, in order, before this returns; an awaitable it returns is
+                awaited.
 
         Raises:
             RemoteToolError: One of its subclasses; see ``agent_client.errors``.
         """
-        arguments, options = self._request(
-            arguments, timeout, framework_timeout, run_id, idempotency_key, started, on_abandon
-        )
+        arguments, resolved = self._request(arguments, options)
+        on_progress = options.get("on_progress")
         if on_progress is None:
-            return await self.client.call(arguments=arguments, **options)
+            return await self.client.call(self.spec, arguments, resolved)
         sink = ProgressSink.for_loop(on_progress)
         try:
-            return await self.client.call(arguments=arguments, progress=sink, **options)
+            return await self.client.call(self.spec, arguments, resolved, progress=sink)
         finally:
             await sink.aclose()
 
-    def invoke_sync(
-        self,
-        arguments: dict[str, Any] | str,
-        *,
-        timeout: Timeout = NOT_SET,
-        run_id: str | None = None,
-        idempotency_key: str | None = None,
-        framework_timeout: Timeout = NOT_SET,
-        on_progress: ProgressCallback | None = None,
-        started: float | None = None,
-        on_abandon: OnAbandon | None = None,
-    ) -> Any:
+    def invoke_sync(self, arguments: dict[str, Any] | str, **options: Unpack[CallKeywords]) -> Any:
         """Blocking form of :meth:`invoke`; works inside and outside an event loop.
 
         ``on_progress`` is called on this process's progress thread, one event after
         the other, and every event is handled before this returns.
         """
-        arguments, options = self._request(
-            arguments, timeout, framework_timeout, run_id, idempotency_key, started, on_abandon
-        )
+        arguments, resolved = self._request(arguments, options)
+        on_progress = options.get("on_progress")
         if on_progress is None:
-            return self.client.call_sync(arguments=arguments, **options)
+            return self.client.call_sync(self.spec, arguments, resolved)
         sink = ProgressSink.for_thread(on_progress)
         try:
-            return self.client.call_sync(arguments=arguments, progress=sink, **options)
+            return self.client.call_sync(self.spec, arguments, resolved, progress=sink)
         finally:
             sink.close()
 
     def submit(
-        self,
-        arguments: dict[str, Any] | str,
-        *,
-        timeout: Timeout = NOT_SET,
-        run_id: str | None = None,
-        idempotency_key: str | None = None,
-        framework_timeout: Timeout = NOT_SET,
-        on_progress: ProgressCallback | None = None,
-        started: float | None = None,
-        on_abandon: OnAbandon | None = None,
+        self, arguments: dict[str, Any] | str, **options: Unpack[CallKeywords]
     ) -> CallHandle:
         """Send the call and return its :class:`~agent_client.handles.CallHandle` once the
         call is durably queued: its record and its message confirmed by Redis (or
@@ -234,64 +191,55 @@ class RemoteTool:
                 ``SUBMIT_PATIENCE``, 30 s, without one) and provably was not sent.
             ToolOutcomeUnknown: A write of it may have reached Redis, unconfirmed.
         """
-        arguments, options = self._request(
-            arguments, timeout, framework_timeout, run_id, idempotency_key, started, on_abandon
+        arguments, resolved = self._request(arguments, options)
+        return submit(
+            self.client, self.spec, arguments, resolved, on_progress=options.get("on_progress")
         )
-        return submit(self.client, arguments=arguments, on_progress=on_progress, **options)
 
     async def submit_async(
-        self,
-        arguments: dict[str, Any] | str,
-        *,
-        timeout: Timeout = NOT_SET,
-        run_id: str | None = None,
-        idempotency_key: str | None = None,
-        framework_timeout: Timeout = NOT_SET,
-        on_progress: ProgressCallback | None = None,
-        started: float | None = None,
-        on_abandon: OnAbandon | None = None,
+        self, arguments: dict[str, Any] | str, **options: Unpack[CallKeywords]
     ) -> CallHandle:
         """:meth:`submit` that awaits the confirmation without blocking the event loop."""
-        arguments, options = self._request(
-            arguments, timeout, framework_timeout, run_id, idempotency_key, started, on_abandon
-        )
+        arguments, resolved = self._request(arguments, options)
         return await submit_async(
-            self.client, arguments=arguments, on_progress=on_progress, **options
+            self.client, self.spec, arguments, resolved, on_progress=options.get("on_progress")
         )
 
     def _request(
-        self,
-        arguments: dict[str, Any] | str,
-        timeout: Timeout,
-        framework_timeout: Timeout,
-        run_id: str | None,
-        idempotency_key: str | None,
-        started: float | None,
-        on_abandon: OnAbandon | None,
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        self, arguments: dict[str, Any] | str, options: CallKeywords
+    ) -> tuple[dict[str, Any], CallOptions]:
         """The one body of :meth:`invoke`, :meth:`invoke_sync` and the submits: the
         arguments as a dict (a model's JSON text parsed, ToolArgumentsInvalid if bad) and
-        the client's options (the deadline resolved, a run, a key, whether to cancel
-        the call once abandoned)."""
-        on_abandon = check_on_abandon(on_abandon, self.name) or self._on_abandon
+        the call's options resolved (the deadline from its levels, a run, a key, whether
+        to cancel the call once abandoned)."""
+        unknown = set(options) - set(CallKeywords.__annotations__)
+        if unknown:
+            raise TypeError(
+                f"{self.name!r} takes the call options {sorted(CallKeywords.__annotations__)}; "
+                f"got {sorted(unknown)} (a tool's arguments go in the arguments dict)"
+            )
+        on_abandon = check_on_abandon(options.get("on_abandon"), self.name) or self._on_abandon
         arguments = (
             parse_arguments(self.name, arguments) if isinstance(arguments, str) else arguments
         )
+        idempotency_key = options.get("idempotency_key")
         if idempotency_key is not None and not self.spec.idempotent:
             raise ValueError(f"tool {self.name!r} is not idempotent; it takes no idempotency_key")
-        limit = self.effective_timeout(timeout, framework_timeout)
+        limit = self.effective_timeout(
+            options.get("timeout", NOT_SET), options.get("framework_timeout", NOT_SET)
+        )
+        started = options.get("started")
         left = time_left(limit, started)
         if limit is not None and left is not None and left <= 0:
             raise ToolTimeoutError(self.name, limit)  # it passed before the call could be sent
-        options = {
-            "spec": self.spec,
-            "timeout": limit,
-            "started": started,
-            "run_id": run_id,
-            "idempotency_key": idempotency_key,
-            "on_abandon": on_abandon,
-        }
-        return arguments, options
+        resolved = CallOptions(
+            timeout=limit,
+            started=started,
+            run_id=options.get("run_id"),
+            idempotency_key=idempotency_key,
+            on_abandon=on_abandon,
+        )
+        return arguments, resolved
 
     async def run(self, **arguments: Any) -> Any:
         """Run the tool: ``await search.run(query="...")``."""

@@ -1,6 +1,8 @@
 """A call's cancel, and a submitted call's record, on the client's I/O thread.
 
-**Cancel** (:func:`cancel`): in the Redis of the records, the call's entry in
+**Cancel** (:func:`cancel_call`, for ``CallHandle.cancel``, ``toolexec cancel`` and a
+caller that stopped waiting for an ``on_abandon="cancel"`` tool, :func:`abandoned`; its
+steps are :func:`cancel`'s): in the Redis of the records, the call's entry in
 ``toolexec:cancelled`` (a worker that takes any copy of it does not run it), its fence
 ``x`` (no copy sent again starts, ``wire.copies``) and a message on
 :data:`wire.keys.CANCELS`, which every worker process hears at once and which stops the
@@ -17,18 +19,30 @@ give (lost, or cancelled off its queue), ends (:func:`end`).
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
+import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_client._io.link import Arg, Link, NotSent, Refused, Unknown
+from agent_client.errors import BrokerUnavailable
 from wire import keys
 from wire.clock import shared_now
 from wire.copies import FENCED, sent_again
 from wire.formats import waiter_entry
-from wire.handles import END, JOIN, status_of
-from wire.models import CallOutcome
+from wire.handles import END, ENDED, JOIN, status_of
+from wire.models import CallOutcome, ErrorKind, ToolSpec
 from wire.urls import is_redis_url
+
+if TYPE_CHECKING:
+    from agent_client._io.callstate import CallState
+    from agent_client._io.loop import IOThread
+    from agent_client._io.replies import ReplyRouter
+    from wire.settings import Settings
+
+logger = logging.getLogger(__name__)
 
 #: Seconds one step's commands may take.
 TIMEOUT = 2.0
@@ -132,3 +146,98 @@ async def read_record(store: Link, call_id: str) -> dict[str, str]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- cancelling a call, and what its caller is told ---------------------------------
+
+
+class Connection(Protocol):
+    """What a cancel needs of the process's client (:class:`agent_client.client.ToolClient`):
+    its settings, its I/O thread, and its reply router (to answer a plain call of its own)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def io(self) -> IOThread: ...
+
+    @property
+    def replies(self) -> ReplyRouter: ...
+
+
+async def cancel_call(
+    client: Connection, call_id: str, *, tool: str, queue: str, envelope: str, generations: int
+) -> bool:
+    """Cancel call ``call_id`` (on the I/O thread); False if it had ended already.
+
+    A copy taken off its queue never starts: its waiters are told ``ToolCancelled`` here
+    (the record's end pushes it to the sender and every attached process). A call a
+    worker holds is ended by that worker.
+
+    Raises:
+        BrokerUnavailable: The cancel did not reach Redis.
+    """
+    settings = client.settings
+    store = client.io.link(settings.redis_url, "read")
+    try:
+        record = await read_record(store, call_id)
+        if record.get("status") in ENDED:
+            return False
+        queue = queue or record.get("queue", "")
+        envelope = envelope or record.get("envelope", "")
+        broker = broker_link(client.io, settings.broker_url)
+        ttl_ms = max(settings.reply_ttl, settings.handle_ttl) * 1000
+        taken = await cancel(
+            store,
+            broker,
+            call_id=call_id,
+            queue=queue,
+            ttl_ms=ttl_ms,
+            copies=copies_of(envelope, generations) if envelope else [],
+        )
+    except NotSent as exc:
+        raise BrokerUnavailable(f"cannot cancel call {call_id}: {exc}", tool=tool) from None
+    if taken:
+        outcome = CallOutcome.failure(
+            call_id,
+            ErrorKind.CANCELLED,
+            "ToolCancelled",
+            "cancelled while queued: it never started",
+        )
+        ended = False
+        if record:
+            try:
+                ended = await end(
+                    store,
+                    outcome,
+                    handle_ttl=settings.handle_ttl,
+                    reply_ttl=settings.reply_ttl,
+                    tell_sender=True,
+                )
+            except NotSent:
+                ended = False
+        if not ended:
+            client.replies.settle(call_id, outcome)  # a plain call of this process
+    return True
+
+
+def abandoned(client: Connection, call_id: str, spec: ToolSpec, state: CallState | None) -> None:
+    """The caller stopped waiting for call ``call_id`` of ``spec`` (the tool's spec with
+    the call's own ``on_abandon``): cancel it if that says so, in the background."""
+    if state is None or spec.on_abandon != "cancel":
+        return
+    work = functools.partial(
+        cancel_call,
+        client,
+        call_id,
+        tool=spec.name,
+        queue=spec.queue,
+        envelope=state.pushed,
+        generations=client.settings.max_deliveries,
+    )
+    client.io.submit(work).add_done_callback(_cancel_failed)
+
+
+def _cancel_failed(done: concurrent.futures.Future[bool]) -> None:
+    if not done.cancelled() and done.exception() is not None:
+        logger.warning("could not cancel an abandoned call: %s", done.exception())

@@ -24,7 +24,7 @@ import pytest
 import redis
 from celery import Celery
 
-from agent_client import ToolClient, remote_tool
+from agent_client import ToolClient, remote_tool, sent_calls
 from toolexec import ChildProcess, WorkerProcess, free_port
 from wire import keys
 from wire.formats import parse_frame
@@ -184,12 +184,13 @@ def test_flower_shows_a_client_call_as_it_shows_a_send_task_call(
     flower: str, agent: ToolClient, producer: Celery, redis_client: redis.Redis
 ) -> None:
     # The client's own send path (prepare, publish, wait), with the call's id in hand.
-    call, future = agent.start(remote_tool("search").spec, {"query": "fox"}, timeout=30.0)
-    client_id = call.call_id
     request = stock_request("search", {"query": "fox"}, timeout=30.0)
     send_like_the_client(producer, request, task_name=TASK_AT_MOST_ONCE, queue="default")
-    outcome = future.result(timeout=30.0)
-    assert outcome.ok and outcome.result, outcome
+    with sent_calls() as sent:
+        result = remote_tool("search", client=agent).invoke_sync({"query": "fox"}, timeout=30.0)
+    assert result, result
+    (call,) = sent
+    client_id = call.call_id
     assert stock_outcome(redis_client, request).ok
 
     def finished(task_id: str) -> dict[str, Any] | None:

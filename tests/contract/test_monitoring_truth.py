@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from agent_client import ToolClient, ToolExecutionError, remote_tool
+from agent_client import ToolClient, ToolExecutionError, remote_tool, sent_calls
 from tests.integration.workers import module_worker
 from toolexec import WorkerProcess
 
@@ -49,10 +49,11 @@ def task_in_state(base: str, task_id: str, state: str) -> dict[str, Any] | None:
 def test_flower_lists_each_call_under_its_tools_name_for_client_and_send_task_alike(
     flower: str, agent: ToolClient, producer: Celery
 ) -> None:
-    call, future = agent.start(remote_tool("search").spec, {"query": "fox"}, timeout=30.0)
     request = stock_request("search", {"query": "fox"}, timeout=30.0)
     send_like_the_client(producer, request, task_name="toolexec.run_tool", queue="default")
-    assert future.result(timeout=30.0).ok
+    with sent_calls() as sent:
+        assert remote_tool("search", client=agent).invoke_sync({"query": "fox"}, timeout=30.0)
+    (call,) = sent
 
     assert wait_until(
         lambda: (
@@ -75,12 +76,11 @@ def test_flower_lists_each_call_under_its_tools_name_for_client_and_send_task_al
 def test_flower_shows_a_failed_tool_as_a_failure_with_its_error_type_and_no_arguments(
     flower: str, events_worker: WorkerProcess, agent: ToolClient
 ) -> None:
-    search = remote_tool("search")
-    call, future = agent.start(search.spec, {"query": SECRET}, timeout=30.0)
-    outcome = future.result(timeout=30.0)
-    assert outcome.error is not None and SECRET in outcome.error.message  # the caller is told all
-    with pytest.raises(ToolExecutionError, match="ValueError"):
+    search = remote_tool("search", client=agent)
+    with sent_calls() as sent, pytest.raises(ToolExecutionError, match="ValueError") as failed:
         search.invoke_sync({"query": SECRET}, timeout=30.0)
+    assert SECRET in failed.value.remote_message  # the caller is told all
+    (call,) = sent
 
     assert wait_until(lambda: task_in_state(flower, call.call_id, "FAILURE"), timeout=15.0), (
         flower_get(flower, f"/api/task/info/{call.call_id}")

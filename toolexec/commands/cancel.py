@@ -14,8 +14,8 @@ from typing import TextIO
 
 from agent_client import BrokerUnavailable, ToolClient
 from agent_client._io import cancels
+from agent_client._io.cancels import cancel_call
 from agent_client._io.link import Link, NotSent, Refused, Unknown
-from agent_client.cancel import cancel_call
 from toolexec.commands.exits import CommandFailed, ExitCode, one_line
 from wire import keys
 
