@@ -22,10 +22,9 @@ from collections.abc import Callable
 
 import redis
 
+from executor import observe
 from executor.claims import complete, queue_reply
-from executor.metrics import record_outcome
 from executor.outcomes import encode_outcome
-from executor.stats import record as count_outcome
 from executor.tracing import call_log_fields
 from executor.worker import redis_client, retry_pauses
 from wire import keys
@@ -57,9 +56,8 @@ def finish(
 
 
 def record_and_encode(call: CallRequest, outcome: CallOutcome, *, settings: Settings) -> str:
-    """Count ``outcome`` as delivered (metrics, ``toolexec status``) and encode it for the wire."""
-    record_outcome(call.tool, outcome)
-    count_outcome(call.tool, outcome, redis_url=settings.redis_url)  # for `toolexec status`
+    """Count ``outcome`` as delivered (:mod:`executor.observe`) and encode it for the wire."""
+    observe.delivered(call.tool, outcome, redis_url=settings.redis_url)
     return encode_outcome(outcome, tool=call.tool, max_bytes=settings.max_result_bytes)
 
 

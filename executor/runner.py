@@ -18,7 +18,7 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from executor import cancels
+from executor import cancels, observe
 from executor.context import CallContext, _calling
 from executor.limits import (
     HardTimeout,
@@ -29,11 +29,9 @@ from executor.limits import (
     run_bounded,
     shutting_down,
 )
-from executor.metrics import record_attempt
 from executor.outcomes import too_deep_result
 from executor.registry import ToolDefinition, get_tool
 from executor.retries import Attempts
-from executor.stats import record_retry
 from executor.tracing import call_log_fields
 from wire.clock import shared_now
 from wire.models import CallOutcome, CallRequest, ErrorKind
@@ -194,10 +192,8 @@ def _attempts(request: CallRequest, definition: ToolDefinition) -> Attempts:
 
 
 def _count_attempt(tool: str, attempts: Attempts) -> None:
-    """Start an attempt, counted in the metrics and, if it retries, in ``toolexec status``."""
-    if attempts.start() > 1:
-        record_retry(tool)
-    record_attempt(tool, attempts.count)
+    """Start an attempt, and tell :mod:`executor.observe`."""
+    observe.attempt(tool, attempts.start())
 
 
 def _pause_after(attempts: Attempts, exc: BaseException) -> float | None:

@@ -24,14 +24,13 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 import redis
 
-from executor import cancels
+from executor import cancels, observe
 from executor.callers import caller_known_waiting, caller_waits, caller_waits_async, look, shed
 from executor.claims import Admitted, hold, holds_before_ack, may_start, running_here
 from executor.context import close_progress, open_progress
 from executor.delivery import deliver_encoded, finish, mark_running, push_plain, record_and_encode
 from executor.errors import StoreUnavailable, ToolCallFailed
 from executor.limits import retire_if_runaway
-from executor.metrics import observe_run
 from executor.registry import get_tool
 from executor.runner import execute, execute_async, refuse_if_expired
 from executor.seams.backend import ReplyBackend
@@ -155,7 +154,7 @@ def _running(admitted: Admitted, settings: Settings) -> Iterator[Callable[[], bo
     cancel's grace answered it, :mod:`executor.cancels`: the tool's outcome is dropped)."""
     answered: list[bool] = []
     try:
-        with observe_run(admitted.call.tool), cancels.watch(admitted, settings):
+        with observe.running(admitted.call.tool), cancels.watch(admitted, settings):
             yield lambda: answered[0]
             answered.append(cancels.take_answer(admitted.call.call_id))
     except BaseException:
