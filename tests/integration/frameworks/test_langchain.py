@@ -39,6 +39,7 @@ from agent_client import (
 )
 from agent_client.deadline import NOT_SET, Timeout
 from agent_client.frameworks.langchain import TOOL_PROGRESS, ApprovalUnavailable
+from agent_client.options import CallOptions
 from examples.langchain_agent import Turn, scripted, tool_agent
 from tests.integration.frameworks.examples import assert_example_prints_its_docstring
 from tests.integration.polling import wait_until
@@ -397,10 +398,10 @@ def test_the_proxys_timeout_wins_over_remote_tools_default_and_that_over_the_too
     call = framework_client.call
 
     async def recording(
-        spec: Any, arguments: dict[str, Any], *, timeout: float | None, **options: Any
+        spec: Any, arguments: dict[str, Any], options: CallOptions, **kwargs: Any
     ) -> Any:
-        deadlines.append(timeout)
-        return await call(spec, arguments, timeout=timeout, **options)
+        deadlines.append(options.timeout)
+        return await call(spec, arguments, options, **kwargs)
 
     monkeypatch.setattr(framework_client, "call", recording)
     spec = framework_client.catalog.spec("charge_card")  # @tool(timeout=10)
