@@ -382,6 +382,34 @@ def _read_effects(path: Path) -> dict[str, list[tuple[str, float]]]:
     return effects
 
 
+#: The Redis faults after which the client's evidence starts again (agent_client._io.writes).
+_REDIS_FAULTS = ("redis restart", "redis pause", "redis full")
+
+
+def _redis_settled(restart: float, faults: list[_Fault]) -> float:
+    """When Redis was steady again after the restart at ``restart``: the end of the last
+    Redis fault of those that followed it each within :data:`_REPLY_FORGOTTEN_NOTICED`
+    of the one before's end (a pause or full memory voids the looks a restart's
+    forgotten reply is noticed by, so their count starts again)."""
+    settled = restart
+    for fault in sorted(faults, key=lambda f: f.at):
+        if fault.at <= restart or fault.name not in _REDIS_FAULTS:
+            continue
+        if fault.at > settled + _REPLY_FORGOTTEN_NOTICED:
+            break
+        settled = max(settled, fault.at + _lasts(fault))
+    return settled
+
+
+def _lasts(fault: _Fault) -> float:
+    """How long a Redis fault kept Redis from taking writes, in seconds (from its detail)."""
+    if fault.name == "redis pause":
+        return int(fault.detail.split()[0]) / 1000
+    if fault.name == "redis full":
+        return 2.0
+    return 0.0
+
+
 def _check(
     sent: dict[str, dict[str, Any]],
     ended: dict[str, dict[str, Any]],
@@ -393,6 +421,7 @@ def _check(
 ) -> list[str]:
     """Every broken promise of the run, one line each."""
     restarts = [f.at for f in faults if f.name == "redis restart"]
+    settled = {r: _redis_settled(r, faults) for r in restarts}
     kills = [f.at for f in faults if f.name in ("worker SIGKILL", "worker SIGQUIT")]
     found: list[str] = []
     for token, call in sent.items():
@@ -450,8 +479,9 @@ def _check(
             and finishes
             and min(finishes) < at + deadline - 1.0
             and not any(
-                # A reply the restart forgot is noticed two steady looks after Redis is back.
-                min(finishes) <= r and at + deadline - r < _REPLY_FORGOTTEN_NOTICED
+                # A reply the restart forgot is noticed two steady looks after Redis is back,
+                # and steady: each Redis fault close behind it starts the count again.
+                min(finishes) <= r and at + deadline - settled[r] < _REPLY_FORGOTTEN_NOTICED
                 for r in restarts
             )
         ):
