@@ -81,7 +81,11 @@ class CallContext:
     cancelled: threading.Event = field(default_factory=threading.Event, compare=False)
 
     def time_left(self) -> float | None:
-        """Seconds until the deadline (never negative), or None when there is none."""
+        """Seconds until the deadline (never negative), or None when there is none.
+
+        Read on the shared clock (:mod:`wire.clock`): it may exceed the caller's timeout
+        by the error of the two offsets, client's and worker's (milliseconds on one host).
+        """
         if self.deadline is None:
             return None
         return max(0.0, self.deadline - shared_now())

@@ -114,7 +114,7 @@ def request_class(settings: Settings) -> type[Request]:
 
         #: The app's timezone, read once for every request rather than once per message.
         _toolexec_tz: Any = _UNREAD
-        #: The pool's job for this call, once handed over (:meth:`execute_using_pool`).
+        #: The pool's job for this call, once handed over (:attr:`_apply_result`).
         toolexec_job: Any = None
 
         def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
@@ -154,14 +154,22 @@ def request_class(settings: Settings) -> type[Request]:
                     "an at-most-once call delivered again after the worker that started it died"
                 )
 
-        def execute_using_pool(self, pool: Any, **kwargs: Any) -> Any:
-            """Celery's hand-over to the pool, keeping the pool's job for
-            :func:`put_back.started`: Celery keeps it only weakly (``_apply_result``), and
-            the prefork pool's ``AsynPool.flush`` drops a job it finished writing to a
-            child as the connection breaks, so a put-back then would take a call the
-            child runs for one not started, and the call would run twice."""
-            self.toolexec_job = super().execute_using_pool(pool, **kwargs)
-            return self.toolexec_job
+        @property
+        def _apply_result(self) -> Any:
+            """Celery's weak reference to the pool's job for this call, once handed over."""
+            return self.__dict__.get("_toolexec_apply_result")
+
+        @_apply_result.setter
+        def _apply_result(self, result: Any) -> None:
+            # Celery's hand-over to the pool sets this as it returns, in the subclass its
+            # strategy makes of this class (``create_request_cls``, whose own
+            # ``execute_using_pool`` would hide one defined here). Keep the job itself
+            # for :func:`put_back.started`: the prefork pool's ``AsynPool.flush`` drops a
+            # job it finished writing to a child as the connection breaks, and a put-back
+            # then would take a call the child runs for one not started: it would run
+            # twice.
+            self.__dict__["_toolexec_apply_result"] = result
+            self.toolexec_job = result() if callable(result) else None
 
         def on_accepted(self, pid: int, time_accepted: float) -> None:
             put_back.accepted(

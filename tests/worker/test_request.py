@@ -20,7 +20,7 @@ from billiard.exceptions import WorkerLostError
 from billiard.pool import ApplyResult
 from celery import Celery
 from celery.concurrency.base import BasePool
-from celery.worker.request import Request
+from celery.worker.request import Request, create_request_cls
 from kombu.message import Message
 
 from executor.seams import put_back
@@ -111,6 +111,21 @@ def test_request_class_is_a_celery_request_and_both_tasks_use_it(
         cls = app.tasks[task].Request
         assert issubclass(cls, Request) and cls is not Request
         assert cls.on_failure is not Request.on_failure
+
+
+def test_no_method_of_the_request_class_is_hidden_by_the_subclass_celerys_consumer_makes(
+    app: Celery,
+) -> None:
+    # Celery's strategy runs each call through a subclass of the task's request class
+    # (create_request_cls) that defines its own methods: one of the same name defined by
+    # toolexec's class would never run in a worker.
+    task = app.tasks[TASK_AT_MOST_ONCE]
+    worker_request = create_request_cls(
+        task.Request, task, DropsItsJobs(), WORKER_HOSTNAME, None, app=app
+    )
+    celerys = {name for name, value in vars(worker_request).items() if callable(value)}
+    assert celerys >= {"execute_using_pool", "on_success"}  # what Celery 5.x defines there
+    assert celerys.isdisjoint(vars(task.Request))
 
 
 @pytest.mark.parametrize("loss", LOSSES)
@@ -292,10 +307,14 @@ def test_a_job_whose_writing_to_a_child_began_counts_as_started_once_the_pool_dr
         delivery_tag=tag,
     )
     acks = Acks()
-    request = app.tasks[TASK_AT_MOST_ONCE].Request(
+    pool = DropsItsJobs()
+    # The class Celery's strategy makes of the task's request class for its consumer,
+    # whose own execute_using_pool hands the call over (celery.worker.strategy).
+    task = app.tasks[TASK_AT_MOST_ONCE]
+    worker_request = create_request_cls(task.Request, task, pool, WORKER_HOSTNAME, None, app=app)
+    request = worker_request(
         message, app=app, hostname=WORKER_HOSTNAME, on_ack=acks.ack, on_reject=acks.reject
     )
-    pool = DropsItsJobs()
     request.execute_using_pool(pool)
     (job,) = pool.cache.values()
     if written:

@@ -41,6 +41,7 @@ from agent_client.deadline import NOT_SET, Timeout
 from agent_client.frameworks.langchain import TOOL_PROGRESS, ApprovalUnavailable
 from agent_client.options import CallOptions
 from examples.langchain_agent import Turn, scripted, tool_agent
+from tests.integration.deadlines import as_set
 from tests.integration.frameworks.examples import assert_example_prints_its_docstring
 from tests.integration.polling import wait_until
 from toolexec import WorkerProcess
@@ -388,7 +389,7 @@ def test_the_worker_gets_the_deadline_of_the_highest_level_set(
 
     (context,) = results(state)
     time_left = context["time_left"]
-    assert limit - 1.0 < time_left <= limit
+    assert as_set(time_left, limit)
 
 
 def test_the_proxys_timeout_wins_over_remote_tools_default_and_that_over_the_tools_own(
