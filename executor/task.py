@@ -1,14 +1,17 @@
-"""The one task that runs a tool, registered under two names, one per delivery mode.
+"""A call's steps in the worker, below Celery: refuse, admit, run, conclude.
 
-``toolexec.run_tool`` is acknowledged before it runs (at most once);
-``toolexec.run_tool_at_least_once`` is acknowledged after and requeued if its worker
-process is lost. Both run :func:`run_call`: refuse an expired call, begin (an
-idempotent call may be answered from its stored outcome or join a running delivery),
-run the tool, deliver the outcome. On the asyncio pool (:mod:`executor.pools`) the task's
-async body, :func:`run_call_async`, takes the same steps (:func:`admit`, then
+:func:`run_call` takes a call from its task's keyword arguments to its delivered outcome:
+refuse an expired call or one whose caller no longer waits, admit it (an idempotent call
+may be answered from its stored outcome or join a running delivery; a copy sent again asks
+whether it may start), run the tool, deliver the outcome. On the asyncio pool
+(:mod:`executor.pools`) :func:`run_call_async` takes the same steps (:func:`admit`, then
 :func:`conclude`) with its Redis round trips in the pool's I/O threads and the tool
 awaited on the pool's event loop. The outcome reaches its caller through
 :mod:`executor.delivery`.
+
+Nothing here knows Celery's request or the broker's channel: the two Celery tasks that
+call these steps, and what they read of a delivery first, are the edge's
+(:mod:`executor.seams.celery_tasks`).
 """
 
 from __future__ import annotations
@@ -29,32 +32,24 @@ from executor.callers import caller_known_waiting, caller_waits, caller_waits_as
 from executor.claims import Admitted, hold, holds_before_ack, may_start, running_here
 from executor.context import close_progress, open_progress
 from executor.delivery import deliver_encoded, finish, mark_running, push_plain, record_and_encode
-from executor.errors import StoreUnavailable, ToolCallFailed
-from executor.limits import retire_if_runaway
+from executor.errors import StoreUnavailable
 from executor.registry import get_tool
 from executor.runner import execute, execute_async, refuse_if_expired
-from executor.seams.backend import ReplyBackend
-from executor.seams.put_back import COPY_KEY, begin
-from executor.seams.request import GENERATION_KEY, request_class
-from executor.seams.signatures import check_signature, signed_headers_of
-from executor.tracing import call_log_fields, call_span
+from executor.tracing import call_log_fields
 from executor.worker import FIRST_PAUSE, holder, in_pool_child, redis_client, retry_pauses
 from wire import keys
 from wire.models import (
-    TASK_AT_LEAST_ONCE,
-    TASK_AT_MOST_ONCE,
     CallOutcome,
     CallRequest,
     should_store,
 )
 from wire.scripts import BeginState
 from wire.settings import Settings
-from wire.signing import SIGNATURE_HEADER
 
 if TYPE_CHECKING:
     from executor.pools.offload import Offload
 
-__all__ = ["admit", "conclude", "register_tasks", "run_call", "run_call_async"]
+__all__ = ["admit", "conclude", "run_call", "run_call_async"]
 
 logger = logging.getLogger(__name__)
 
@@ -377,124 +372,3 @@ def _conclude_plain(
         results.append(outcome)
     push_plain(delivered)
     return results
-
-
-def _forget_frames(
-    self: Any, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any
-) -> None:
-    """Celery's ``Task.on_failure``: drop the exception's traceback (``einfo`` keeps its text).
-
-    Right after this hook, Celery's trace clears every frame of the traceback against
-    leaks (``celery.app.trace.traceback_clear``). On the asyncio pool one of those frames
-    is the pool's coroutine that awaits this very step in another thread: clearing a
-    suspended coroutine's frame closes it, so the request's callback never ran, a
-    late-acknowledged call was never acknowledged and its prefetch slot was lost (after
-    ``-c`` failed at-least-once calls the worker took no more), and the finished call
-    stayed "held" in the worker's heartbeat.
-    """
-    exc.__traceback__ = None
-
-
-def _end_as_failure_if_failed(outcome: CallOutcome | None) -> None:
-    """Raise :class:`ToolCallFailed` (type and kind only) when the delivered outcome is an error."""
-    failure = None if outcome is None else ToolCallFailed.of(outcome)
-    if failure is not None:
-        raise failure
-
-
-def _put_back_here(request: Any, *, wait: bool = True) -> bool | None:
-    """Whether this copy of the delivery went back on its queue when the broker connection
-    broke (:mod:`executor.seams.put_back`): then the copy taken again runs, not this one.
-    Without ``wait``, None while a put-back of it is under way."""
-    may_run = begin(getattr(request, COPY_KEY, None), wait=wait)
-    if may_run is None or may_run:
-        return None if may_run is None else False
-    logger.info(
-        "call %s: this copy does not run: it went back on its queue when the broker connection "
-        "broke",
-        request.id,
-    )
-    return True
-
-
-def register_tasks(app: Any, settings: Settings) -> None:
-    """Register both delivery modes of the task on ``app``, with the reply backend."""
-
-    def signed(task_name: str, request: Any, fields: dict[str, Any]) -> bool:
-        # With TOOLEXEC_SIGNING_KEY, before anything trusts the fields (executor.seams.lockdown).
-        info = getattr(request, "delivery_info", None) or {}
-        return check_signature(
-            fields,
-            settings=settings,
-            worker=request.hostname or "",
-            task_name=task_name,
-            signature=getattr(request, SIGNATURE_HEADER, None),
-            headers=signed_headers_of(request),
-            queue=str(info.get("routing_key") or ""),
-        )
-
-    def run_tool(self: Any, **fields: Any) -> None:
-        if _put_back_here(self.request):
-            return
-        if settings.signing_key is not None and not signed(self.name, self.request, fields):
-            return
-        with call_span(self.request, fields) as span:
-            outcome = run_call(
-                fields,
-                settings=settings,
-                worker=self.request.hostname or "",
-                generation=getattr(self.request, GENERATION_KEY, None),
-            )
-            span.record(outcome)
-        # The outcome is delivered. A prefork child still running a tool past its hard
-        # limit now leaves, and billiard starts a fresh one (executor.limits).
-        retire_if_runaway()
-        _end_as_failure_if_failed(outcome)
-
-    async def run_tool_async(self: Any, request: Any, offload: Offload, **fields: Any) -> None:
-        # The async body the asyncio pool awaits (executor.pools.trace.AsyncTask).
-        put_back_here = _put_back_here(request, wait=False)
-        if put_back_here is None:  # a put-back of it is under way: wait off the loop
-            put_back_here = await offload(functools.partial(_put_back_here, request))
-        if put_back_here:
-            return
-        if settings.signing_key is not None and not await offload(
-            functools.partial(signed, self.name, request, fields)
-        ):
-            return
-        with call_span(request, fields) as span:
-            outcome = await run_call_async(
-                fields,
-                settings=settings,
-                worker=request.hostname or "",
-                offload=offload,
-                generation=getattr(request, GENERATION_KEY, None),
-            )
-            span.record(outcome)
-        _end_as_failure_if_failed(outcome)
-
-    backend = ReplyBackend(app=app, settings=settings)
-    common: dict[str, Any] = {
-        "bind": True,
-        "ignore_result": True,
-        "typing": False,
-        "backend": backend,
-        "Request": request_class(settings),
-        "run_async": run_tool_async,
-        # Refuse a malformed message as InvalidTaskError (dead-lettered by the consumer).
-        "Strategy": "executor.seams.request:strategy",
-        # Bound to this app's settings: never added to apps made later in the process.
-        "shared": False,
-        # A failed call ends its task as a failure, after its outcome is delivered, so
-        # Celery's events (Flower) show it failed; expected: logged at INFO, no traceback.
-        "throws": (ToolCallFailed,),
-        "on_failure": _forget_frames,
-    }
-    app.task(name=TASK_AT_MOST_ONCE, acks_late=False, **common)(run_tool)
-    app.task(
-        name=TASK_AT_LEAST_ONCE,
-        acks_late=True,
-        reject_on_worker_lost=True,
-        acks_on_failure_or_timeout=True,
-        **common,
-    )(run_tool)

@@ -31,10 +31,10 @@ from executor.pools import WORKER_POOLS
 from executor.registry import registered_tools
 from executor.seams import put_back
 from executor.seams.batched_read import in_hand
+from executor.seams.celery_tasks import register_tasks
 from executor.seams.events import TaskEvents, sends_task_events_at_start
 from executor.seams.lockdown import Lockdown, broker_ssl_options
 from executor.seams.transport import BROKER_URL_OPTION, MAX_ITEM_OPTION, REDIS_URL_OPTION
-from executor.task import register_tasks
 from executor.tracing import apply_log_format, use_log_format
 from executor.worker import Heartbeat, holder, mark_main_process, redis_client, worker_id
 from wire import keys

@@ -25,7 +25,7 @@ from celery import Celery
 from celery.app.trace import reset_worker_optimizations, setup_worker_optimizations
 
 from executor.registry import tool, unregister
-from executor.task import register_tasks
+from executor.seams.celery_tasks import register_tasks
 from toolexec import RedisServer
 from wire.settings import Settings
 

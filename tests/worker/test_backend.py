@@ -29,7 +29,7 @@ HOST = "w1@host"
 
 @pytest.fixture
 def backend(celery_app: Celery, settings: Settings) -> ReplyBackend:
-    """The backend as :func:`executor.task.register_tasks` builds it."""
+    """The backend as :func:`executor.seams.celery_tasks.register_tasks` builds it."""
     return ReplyBackend(app=celery_app, settings=settings)
 
 

@@ -22,7 +22,7 @@ from celery.worker.request import Request
 from kombu.message import Message
 
 from executor.errors import ProcessRetired
-from executor.task import register_tasks
+from executor.seams.celery_tasks import register_tasks
 from executor.worker import holder
 from wire import keys
 from wire.formats import running_state, waiter_entry

@@ -24,8 +24,8 @@ from celery.worker.request import Request, create_request_cls
 from kombu.message import Message
 
 from executor.seams import put_back
+from executor.seams.celery_tasks import register_tasks
 from executor.seams.request import release_dead_child, request_class
-from executor.task import register_tasks
 from executor.worker import holder
 from wire import keys
 from wire.formats import running_state, waiter_entry
