@@ -30,11 +30,15 @@ from executor.keeper import Keeper
 from executor.pools import WORKER_POOLS
 from executor.registry import registered_tools
 from executor.seams import put_back
-from executor.seams.batched_read import in_hand
 from executor.seams.celery_tasks import register_tasks
 from executor.seams.events import TaskEvents, sends_task_events_at_start
 from executor.seams.lockdown import Lockdown, broker_ssl_options
-from executor.seams.transport import BROKER_URL_OPTION, MAX_ITEM_OPTION, REDIS_URL_OPTION
+from executor.seams.transport import (
+    BROKER_URL_OPTION,
+    MAX_ITEM_OPTION,
+    REDIS_URL_OPTION,
+    in_hand,
+)
 from executor.tracing import apply_log_format, use_log_format
 from executor.worker import Heartbeat, holder, mark_main_process, redis_client, worker_id
 from wire import keys
@@ -216,7 +220,7 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
             worker_key=keys.worker(worker_id(hostname)), interval=settings.heartbeat_interval
         ),
     )
-    put_back.set_holder_prefix(f"{worker_id(hostname)}|")
+    put_back.LEDGER.holder_prefix = f"{worker_id(hostname)}|"
     heartbeat.start()
     _heartbeats.append(heartbeat)
     _check_pool_often(sender)
@@ -227,7 +231,7 @@ def _calls_held(hostname: str) -> list[tuple[str, str]]:
 
     The holder names the pool process running it, or pid 0 while it waits in this
     worker for a free process, or, popped from its queue, for its turn to be handed to
-    Celery (:func:`executor.seams.batched_read.in_hand`). A client whose call waits
+    Celery (:func:`executor.seams.transport.in_hand`). A client whose call waits
     reads it to notice that this worker died, including calls it had taken but not
     started.
     """
@@ -235,7 +239,7 @@ def _calls_held(hostname: str) -> list[tuple[str, str]]:
         held = {
             *worker_state.reserved_requests,
             *worker_state.active_requests,
-            *put_back.still_leaving(),
+            *put_back.LEDGER.still_leaving(),
         }
     except RuntimeError:  # a set changed while we copied it; next beat
         return []
@@ -276,14 +280,14 @@ def _on_worker_shutting_down(how: str | None = None, **_: Any) -> None:
     _stopping.append(how or "")
     # Celery forgets the calls taken but not started as its consumer closes, though the
     # worker holds them until they are put back as its connection closes: the heartbeat
-    # goes on naming them (executor.seams.put_back.leaving).
+    # goes on naming them (executor.seams.put_back.Ledger.leaving).
     try:
         waiting = [
             r for r in worker_state.reserved_requests if r not in worker_state.active_requests
         ]
     except RuntimeError:  # a set changed while we copied it
         waiting = list(worker_state.reserved_requests)
-    put_back.leaving(waiting)
+    put_back.LEDGER.leaving(waiting)
 
 
 @signals.worker_shutdown.connect

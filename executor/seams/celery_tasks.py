@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from executor.errors import ToolCallFailed
 from executor.limits import retire_if_runaway
 from executor.seams.backend import ReplyBackend
-from executor.seams.put_back import COPY_KEY, begin
+from executor.seams.put_back import COPY_KEY, LEDGER
 from executor.seams.request import GENERATION_KEY, request_class
 from executor.seams.signatures import check_signature, signed_headers_of
 from executor.task import run_call, run_call_async
@@ -64,7 +64,7 @@ def _put_back_here(request: Any, *, wait: bool = True) -> bool | None:
     """Whether this copy of the delivery went back on its queue when the broker connection
     broke (:mod:`executor.seams.put_back`): then the copy taken again runs, not this one.
     Without ``wait``, None while a put-back of it is under way."""
-    may_run = begin(getattr(request, COPY_KEY, None), wait=wait)
+    may_run = LEDGER.begin(getattr(request, COPY_KEY, None), wait=wait)
     if may_run is None or may_run:
         return None if may_run is None else False
     logger.info(

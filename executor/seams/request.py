@@ -135,8 +135,8 @@ def request_class(settings: Settings) -> type[Request]:
                 raise MalformedCall(f"dropped a malformed toolexec message: {problem}")
             # Which copy of the delivery this is, should it go back on its queue before
             # it starts (executor.seams.put_back).
-            self._request_dict[put_back.COPY_KEY] = put_back.receive(message.delivery_tag)
-            put_back.taken(message.delivery_tag, self)
+            self._request_dict[put_back.COPY_KEY] = put_back.LEDGER.receive(message.delivery_tag)
+            put_back.LEDGER.taken(message.delivery_tag, self)
             # A copy sent again (wire.copies) asks before it starts: its generation, or 0
             # for one its broker delivered again by itself.
             self._request_dict[GENERATION_KEY] = _generation(message, self.delivery_info)
@@ -164,7 +164,7 @@ def request_class(settings: Settings) -> type[Request]:
             # Celery's hand-over to the pool sets this as it returns, in the subclass its
             # strategy makes of this class (``create_request_cls``, whose own
             # ``execute_using_pool`` would hide one defined here). Keep the job itself
-            # for :func:`put_back.started`: the prefork pool's ``AsynPool.flush`` drops a
+            # for :meth:`put_back.Ledger.started`: the prefork pool's ``AsynPool.flush`` drops a
             # job it finished writing to a child as the connection breaks, and a put-back
             # then would take a call the child runs for one not started: it would run
             # twice.
@@ -172,7 +172,7 @@ def request_class(settings: Settings) -> type[Request]:
             self.toolexec_job = result() if callable(result) else None
 
         def on_accepted(self, pid: int, time_accepted: float) -> None:
-            put_back.accepted(
+            put_back.LEDGER.accepted(
                 self.message.delivery_tag
             )  # started: not put back when the connection closes
             if self.toolexec_holds_before_ack:

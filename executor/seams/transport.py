@@ -1,4 +1,5 @@
-"""kombu's Redis transport, refusing a queue item it cannot read instead of dying on it.
+"""kombu's Redis transport: one channel that refuses a queue item it cannot read instead
+of dying on it, takes many messages per read, and puts back what it took and did not start.
 
 kombu's Redis channel pops an item with ``BRPOP`` and decodes it in the worker's main
 process (``Channel._brpop_read``: ``loads(bytes_to_str(item))``), then builds a
@@ -21,10 +22,45 @@ to the batched read when ``BLMPOP`` is under way;
 changes it. The item stays in memory with its message (``Message.toolexec_origin``),
 so a refusal later in the main process records the exact bytes that were on the queue.
 
-The channel composes two more differences, each a module of its own: one wake-up
-takes many messages (``BLMPOP`` within prefetch, :mod:`executor.seams.batched_read`),
-and the messages taken but not started when the broker connection breaks are put
-back, once, while Redis is away (:mod:`executor.seams.put_back`).
+**One wake-up takes many messages**: ``BLMPOP`` within prefetch. kombu sends one
+``BRPOP`` per message, and each is a round trip and several system calls in the worker's
+main process, which also runs Celery's consumer (on the asyncio
+pool, every system call is then a wait for the GIL the loop thread holds).
+:meth:`Channel._brpop_start` sends ``BLMPOP ... RIGHT COUNT n`` instead (Redis 7.0):
+it blocks like ``BRPOP`` and pops, from the first queue that has any, up to ``n``
+messages in the same order ``BRPOP`` would. ``n`` is the room prefetch leaves
+(``qos.can_consume_max_estimate()``, at most :data:`BATCH_MAX`), so the worker never
+holds more than its prefetch count, and each message is delivered, one after another,
+exactly as one from ``BRPOP`` (through the guarded decoding above). What changes is only
+the window between popping a message and handing it to Celery, which now spans the
+messages of one read:
+
+* with kombu's ack emulation off (the default), a message popped is held only in the
+  worker's memory either way, until it is acknowledged: a worker killed in that window
+  loses it, and the client's watchdog notices the call held by a dead worker (the
+  heartbeat names the messages of a read not yet handed to Celery, :func:`in_hand`,
+  as it names the calls waiting for a process: on the solo pool they wait as long as
+  the calls before them run). A read whose reply Redis sent as the connection broke
+  loses its messages unrecorded, and the watchdog notices them neither queued nor held
+  (docs/guarantees.md): one message with ``BRPOP``, up to :data:`BATCH_MAX` with
+  ``BLMPOP``;
+* with ack emulation on, kombu records each message in its unacknowledged hash as it is
+  delivered; so that no more than one popped message is ever outside that hash, the
+  channel reads one ``BRPOP`` at a time, as kombu does;
+* if delivering one message of a read raises (the broker connection broke, and Celery's
+  consumer must restart), the messages after it are put back on their queue, each once,
+  trying for :data:`~executor.seams.put_back.RESTORE_PATIENCE` seconds
+  (:meth:`~executor.seams.put_back.PutBacks.put_back_unread`).
+
+A server that refuses ``BLMPOP`` (older than 7.0, or an ACL without it) is read with
+``BRPOP`` from then on, after one WARNING; so is a channel with a ``global_keyprefix``,
+and one whose ``can_consume`` Celery replaced (``worker_disable_prefetch``: one message
+whenever a pool slot is free).
+
+**The messages taken but not started when the broker connection breaks are put back**,
+once, while Redis is away: the channel is composed with
+:class:`~executor.seams.put_back.PutBacks`, which asks the process's ledger of copies
+(:data:`~executor.seams.put_back.LEDGER`) what may go back, and writes it.
 
 Only the worker's path is guarded: ``basic_get`` (``Channel._get``), which a worker
 never uses, still decodes as kombu does.
@@ -34,6 +70,9 @@ from __future__ import annotations
 
 import json
 import logging
+import time
+from collections.abc import Sequence
+from functools import cached_property
 from queue import Empty
 from typing import Any
 
@@ -43,11 +82,12 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
-from executor.seams.batched_read import BatchedRead
 from executor.seams.deadletter import Refusal, dead_letter, describe
+from executor.seams.put_back import PutBacks, call_id_of
 from executor.worker import redis_client_for_url
 
 __all__ = [
+    "BATCH_MAX",
     "BROKER_URL_OPTION",
     "MAX_ITEM_OPTION",
     "REDIS_URL_OPTION",
@@ -56,6 +96,7 @@ __all__ = [
     "RefusedItem",
     "Transport",
     "envelope_problem",
+    "in_hand",
 ]
 
 #: Transport option: the Redis that holds toolexec's keys (the dead-letter list).
@@ -63,8 +104,13 @@ REDIS_URL_OPTION = "toolexec_redis_url"
 #: Transport option: the largest item, in bytes, a worker reads from a queue.
 MAX_ITEM_OPTION = "toolexec_max_item_bytes"
 #: Transport option: the broker's URL, for putting messages back after the channel's
-#: own connection is gone (:meth:`executor.seams.put_back.PutBack._restore`).
+#: own connection is gone (:meth:`executor.seams.put_back.PutBacks.restore`).
 BROKER_URL_OPTION = "toolexec_broker_url"
+
+#: Most messages one read (``BLMPOP``) takes; fewer when prefetch leaves less room. A
+#: read's messages are handed to Celery one after another in one turn of the consumer's
+#: event loop, so this bounds how long a turn lasts.
+BATCH_MAX = 100
 
 logger = logging.getLogger(__name__)
 
@@ -140,12 +186,9 @@ class Message(virtual.Message):
         )
 
 
-class Channel(BatchedRead):
-    """kombu's Redis channel that refuses an item it cannot read instead of raising.
-
-    With the batched read (:class:`~executor.seams.batched_read.BatchedRead`) and the
-    put-backs (:class:`~executor.seams.put_back.PutBack`) it is built on.
-    """
+class Channel(kombu_redis.Channel):
+    """kombu's Redis channel that refuses an item it cannot read instead of raising,
+    takes many messages per read, and puts back, once, what it took and did not start."""
 
     Message = Message
     from_transport_options = (  # type: ignore[assignment]  # kombu types its own tuple's length
@@ -155,9 +198,37 @@ class Channel(BatchedRead):
         BROKER_URL_OPTION,
     )
 
+    #: The Redis of toolexec's records (the dead-letter list, fences, holder records).
     toolexec_redis_url: str | None = None
     toolexec_max_item_bytes: int | None = None
+    #: The broker's URL, for putting messages back after the channel's own connection
+    #: is gone.
+    toolexec_broker_url: str | None = None
     _toolexec_delivering: tuple[str, bytes] | None = None
+    #: False once the server refused ``BLMPOP``: read with ``BRPOP`` from then on.
+    _toolexec_blmpop = True
+    #: How many messages the read under way asked for; 0 while it is kombu's ``BRPOP``.
+    _toolexec_asked = 0
+
+    @cached_property
+    def put_backs(self) -> PutBacks:
+        """This channel's put-backs (:class:`~executor.seams.put_back.PutBacks`)."""
+        return PutBacks(self)
+
+    def close(self) -> None:
+        """Close the channel, and the connections the put-backs made while it closed."""
+        super().close()  # type: ignore[no-untyped-call]
+        # kombu puts back what was taken after it disconnected the channel's pools: an
+        # exchange lookup then made a new one, which nothing else would close.
+        self._disconnect_pools()  # type: ignore[no-untyped-call]
+
+    def _restore(self, message: Any, leftmost: bool = False) -> None:
+        """Put a taken message back on its queues (:meth:`PutBacks.restore`); with kombu's
+        ack emulation on, kombu's own transaction on its unacknowledged hash does."""
+        if self.ack_emulation:
+            super()._restore(message, leftmost)  # type: ignore[no-untyped-call]
+            return
+        self.put_backs.restore(message, leftmost)
 
     # kombu 5.7.0's Channel._brpop_read, with ``self.connection._deliver(loads(...))``
     # replaced by ``self._deliver_item(item, dest)``, after the turn to the batched read
@@ -186,6 +257,86 @@ class Channel(BatchedRead):
             self._in_poll = None  # type: ignore[assignment]
             # The BRPOP connection is now idle: the moment to flush a pending re-auth token.
             self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
+
+    def _brpop_start(self, timeout: int | None = None) -> None:
+        """Wait for messages: ``BLMPOP`` for as many as prefetch leaves room for, else ``BRPOP``.
+
+        kombu 5.7.0's ``Channel._brpop_start`` with another command; pinned by a test.
+        """
+        count = self._batch_size()
+        if count <= 1:
+            self._toolexec_asked = 0
+            super()._brpop_start(timeout)  # type: ignore[no-untyped-call]
+            return
+        if timeout is None:
+            timeout = self.brpop_timeout
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return
+        lists = [self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]  # type: ignore[no-untyped-call]
+        self._in_poll = self.client.connection
+        self._brpop_sent_at = time.monotonic()  # type: ignore[assignment]  # kombu: None until sent
+        self._toolexec_asked = count
+        self.client.connection.send_command(
+            "BLMPOP", timeout or 0, len(lists), *lists, "RIGHT", "COUNT", count
+        )
+
+    def _batch_size(self) -> int:
+        """How many messages the next read may take (1: kombu's one ``BRPOP``)."""
+        if self.ack_emulation or self.global_keyprefix or not self._toolexec_blmpop:
+            return 1
+        if "can_consume" in vars(self.qos):
+            # Celery's worker_disable_prefetch replaces the channel's can_consume with a
+            # check of the pool's free slots, which only one message per read respects.
+            return 1
+        room = self.qos.can_consume_max_estimate()
+        return BATCH_MAX if room is None else max(1, min(int(room), BATCH_MAX))
+
+    def _blmpop_read(self, **options: Any) -> bool:
+        """Read the reply of ``BLMPOP`` and deliver its messages, as ``_brpop_read`` does one."""
+        try:
+            try:
+                reply = self.client.parse_response(self.client.connection, "BLMPOP", **options)
+            except self.connection_errors:
+                # As kombu: disconnect, so the next iteration reconnects.
+                self.client.connection.disconnect()
+                raise
+            except redis.ResponseError as exc:  # an unknown command, or an ACL without it
+                self._toolexec_blmpop = False
+                logger.warning(
+                    "the broker refused BLMPOP (%s): reading one message per BRPOP",
+                    str(exc).split("\n", 1)[0][:200],
+                )
+                raise Empty() from None
+            if not reply:
+                raise Empty()
+            popped_from, items = reply
+            popped_from = bytes_to_str(popped_from)  # type: ignore[no-untyped-call]
+            dest = popped_from.rsplit(self.sep, 1)[0]
+            self._queue_cycle.rotate(dest)
+            self._deliver_items(items, dest, popped_from)
+            return True
+        finally:
+            self._in_poll = None  # type: ignore[assignment]
+            self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
+
+    def _deliver_items(self, items: Sequence[bytes], queue: str, popped_from: str) -> None:
+        """Deliver each item of ``queue`` in turn; if one raises, put the items after it back.
+
+        Until its turn, an item is named by :func:`in_hand`: on the solo pool each call
+        runs as it is delivered, so the items after it wait here as long as it runs.
+        """
+        key = id(self)
+        try:
+            for index, item in enumerate(items):
+                _in_hand[key] = (items, index)
+                try:
+                    self._deliver_item(item, queue)
+                except BaseException:
+                    self.put_backs.put_back_unread(items[index + 1 :], popped_from)
+                    raise
+        finally:
+            del _in_hand[key]
 
     def _deliver_item(self, item: bytes, queue: str) -> None:
         """Decode ``item`` and deliver it, or dead-letter it if it cannot be read."""
@@ -228,6 +379,28 @@ class Channel(BatchedRead):
                 dead_letter(client, reason, queue=queue, payload=item, detail=detail)
         except redis.RedisError:  # dead_letter never raises; acquiring may
             pass
+
+
+#: The reads being delivered, by channel: their items, and the index of the one whose
+#: turn it is (those before it were handed to Celery).
+_in_hand: dict[int, tuple[Sequence[bytes], int]] = {}
+
+
+def in_hand() -> list[str]:
+    """The call ids of the messages this process popped from its queues and has not yet
+    handed to Celery (read from the heartbeat's thread).
+
+    The worker holds them as it holds a call waiting for a free process: its heartbeat
+    names them (pid 0), so that the client's watchdog, which finds them neither queued
+    nor held by a request, does not take them for lost.
+    """
+    call_ids = []
+    for items, turn in list(_in_hand.values()):
+        for item in items[turn:]:
+            call_id = call_id_of(item)
+            if call_id is not None:
+                call_ids.append(call_id)
+    return call_ids
 
 
 def _envelope_loads(text: str) -> Any:

@@ -1,6 +1,6 @@
 """The calls one read of the queue took are named as held until each is handed to Celery.
 
-One read (``BLMPOP``, :mod:`executor.seams.batched_read`) takes as many messages as
+One read (``BLMPOP``, :mod:`executor.seams.transport`) takes as many messages as
 prefetch leaves room for, and hands them to Celery one after another. On the solo pool
 each call runs as it is handed over, in the consumer's own thread, so the calls after it
 wait in the worker's memory for as long as the ones before them run. Named by no request

@@ -1,4 +1,4 @@
-"""executor.seams.batched_read: one ``BLMPOP`` per wake-up, within prefetch.
+"""executor.seams.transport's batched read: one ``BLMPOP`` per wake-up, within prefetch.
 
 Each test runs kombu's consumer on toolexec's transport against a private Redis, as the
 worker's main process does (``connection.drain_events``: the channel's ``_brpop_start``
@@ -23,8 +23,7 @@ from celery import Celery
 from kombu.transport import redis as kombu_redis
 
 from executor.seams.app import create_app
-from executor.seams.batched_read import BATCH_MAX
-from executor.seams.transport import Channel
+from executor.seams.transport import BATCH_MAX, Channel
 from toolexec import RedisServer
 from wire import keys
 from wire.copies import sent_again
@@ -106,7 +105,7 @@ def test_kombus_brpop_start_is_still_the_method_toolexecs_channel_copied() -> No
 
     assert hashlib.sha256(source.encode()).hexdigest() == KOMBU_BRPOP_START_SHA256, (
         "kombu's Channel._brpop_start changed: carry the change into "
-        "executor/seams/batched_read.py's batched _brpop_start, then update "
+        "executor/seams/transport.py's batched _brpop_start, then update "
         "KOMBU_BRPOP_START_SHA256"
     )
 
@@ -219,7 +218,7 @@ def test_the_messages_after_one_whose_delivery_broke_go_back_on_their_queue_once
         assert list(reversed(store.lrange(queue.name, 0, -1))) == again
 
         # Put back a second time (an answer lost): nothing is queued twice.
-        channel._put_back_unread(queued[2:], queue.name)
+        channel.put_backs.put_back_unread(queued[2:], queue.name)
         assert list(reversed(store.lrange(queue.name, 0, -1))) == again
         assert store.exists(keys.restored(hashlib.sha256(queued[2]).hexdigest(), queue.name))
 
@@ -246,7 +245,7 @@ def test_a_broker_that_refuses_blmpop_is_read_with_brpop_after_one_warning(
     publish(app, queue, 3)
     taken: list[Any] = []
     with (
-        caplog.at_level(logging.WARNING, logger="executor.seams.batched_read"),
+        caplog.at_level(logging.WARNING, logger="executor.seams.transport"),
         app.connection_for_read() as connection,
     ):
         consumer = kombu.Consumer(

@@ -294,7 +294,7 @@ class DropsItsJobs(BasePool):  # type: ignore[misc]  # Celery is untyped
 def test_a_job_whose_writing_to_a_child_began_counts_as_started_once_the_pool_dropped_it(
     app: Celery, written: bool
 ) -> None:
-    # A put-back at the connection's close asks put_back.started of each call taken: one
+    # A put-back at the connection's close asks the ledger whether each call taken started: one
     # written to a prefork child runs there, so putting it back would run it twice.
     tag = unique("delivery")
     call = make_call("book")
@@ -323,5 +323,5 @@ def test_a_job_whose_writing_to_a_child_began_counts_as_started_once_the_pool_dr
     pool.cache.clear()
     gc.collect()
 
-    assert put_back.started(tag) is written
+    assert put_back.LEDGER.started(tag) is written
     assert acks.events == []  # neither acknowledged nor rejected: the child's to answer
