@@ -68,7 +68,7 @@ class CallContext:
             payment API's Idempotency-Key) so a retried call is recognised there too.
         deadline: Epoch seconds at which the caller stops waiting, or None; on the
             clock client and workers share (:func:`wire.clock.shared_now`).
-        cancelled: Set when the call is cancelled (:mod:`executor.cancels`): a ``def``
+        cancelled: Set when the call is cancelled (:mod:`executor.cancel_state`): a ``def``
             tool may poll it (``current_call().cancelled.is_set()``) and stop early;
             whatever it then returns, the call's outcome is ``cancelled``.
     """

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from billiard.common import terminate_handler_fired
 
-from executor import cancels
+from executor import cancel_state
 from executor.context import current_call
 from executor.errors import ProcessRetired
 from executor.registry import ToolDefinition
@@ -229,12 +229,12 @@ def _run_async(func: Callable[..., Any], kwargs: dict[str, Any], hard_timeout: f
 
 
 def _cancellable(task: asyncio.Future[Any], loop: AbstractEventLoop) -> None:
-    # The call's cancel (executor.cancels) cancels the tool's task.
+    # The call's cancel (executor.cancel_state) cancels the tool's task.
     try:
         call_id = current_call().call_id
     except LookupError:
         return  # not a worker's run of a call
-    cancels.bind_task(call_id, task, loop)
+    cancel_state.bind_task(call_id, task, loop)
 
 
 def _run_sync_bounded(func: Callable[..., Any], kwargs: dict[str, Any], hard_timeout: float) -> Any:

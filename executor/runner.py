@@ -18,7 +18,7 @@ from typing import Any
 import pydantic
 import pydantic_core
 
-from executor import cancels, observe
+from executor import cancel_state, observe
 from executor.context import CallContext, _calling
 from executor.limits import (
     HardTimeout,
@@ -115,7 +115,7 @@ def execute(
                 raise  # billiard's own SIGTERM handler: this pool process is shutting down
             pause = _pause_after(attempts, exc)
             # The pause ends early if the call is cancelled (answered as cancelled by _ended).
-            if pause is None or cancels.event_for(request.call_id).wait(pause):
+            if pause is None or cancel_state.event_for(request.call_id).wait(pause):
                 return attempts.stamp(_ended(request, run.definition, exc, worker=worker))
             continue
         return _returned(request, value, worker=worker)
@@ -160,9 +160,9 @@ async def execute_async(
                 isinstance(exc, asyncio.CancelledError)
                 and current is not None
                 and current.cancelling()
-                and cancels.requested(request.call_id)
+                and cancel_state.requested(request.call_id)
             ):
-                current.uncancel()  # the call's cancel (executor.cancels), not the pool's
+                current.uncancel()  # the call's cancel (executor.cancel_state), not the pool's
             elif (
                 isinstance(exc, asyncio.CancelledError)
                 and current is not None
@@ -187,7 +187,7 @@ def _attempts(request: CallRequest, definition: ToolDefinition) -> Attempts:
         definition.retry,
         call=request,
         hard_timeout=definition.spec.hard_timeout,
-        cancelled=functools.partial(cancels.requested, request.call_id),
+        cancelled=functools.partial(cancel_state.requested, request.call_id),
     )
 
 
@@ -205,9 +205,9 @@ def _pause_after(attempts: Attempts, exc: BaseException) -> float | None:
 
 
 async def _paused(call_id: str, seconds: float) -> None:
-    """Pause between two attempts; the call's cancel (:mod:`executor.cancels`) ends it."""
+    """Pause between two attempts; the call's cancel (:mod:`executor.cancel_state`) ends it."""
     sleep = asyncio.ensure_future(asyncio.sleep(seconds))
-    cancels.bind_task(call_id, sleep, asyncio.get_running_loop())
+    cancel_state.bind_task(call_id, sleep, asyncio.get_running_loop())
     await sleep
 
 
@@ -215,8 +215,8 @@ def _ended(
     request: CallRequest, definition: ToolDefinition, exc: BaseException, *, worker: str
 ) -> CallOutcome:
     """The outcome of a run that raised ``exc`` (one of :data:`_ENDINGS`)."""
-    if cancels.requested(request.call_id):  # however the tool ended after its cancel
-        return cancels.cancelled_outcome(request, worker=worker)
+    if cancel_state.requested(request.call_id):  # however the tool ended after its cancel
+        return cancel_state.cancelled_outcome(request, worker=worker)
     if isinstance(exc, HardTimeout):
         return _hard_timeout(
             request, definition.spec.hard_timeout, stopped=exc.stopped, worker=worker, how=exc.how
@@ -268,10 +268,10 @@ def _prepare(
         tool=request.tool,
         idempotency_key=request.idempotency_key,
         deadline=request.deadline,
-        cancelled=cancels.event_for(call_id),
+        cancelled=cancel_state.event_for(call_id),
     )
-    if cancels.requested(call_id):  # cancelled between its admission and now: it never starts
-        return cancels.cancelled_outcome(
+    if cancel_state.requested(call_id):  # cancelled between its admission and now: it never starts
+        return cancel_state.cancelled_outcome(
             request,
             worker=worker,
             why=f"the call to {request.tool!r} was cancelled before it started",
@@ -333,8 +333,8 @@ def _escaped(request: CallRequest, exc: BaseException, *, worker: str) -> CallOu
 
 def _returned(request: CallRequest, value: Any, *, worker: str) -> CallOutcome:
     call_id = request.call_id
-    if cancels.requested(call_id):  # it returned, but only after its cancel
-        return cancels.cancelled_outcome(request, worker=worker)
+    if cancel_state.requested(call_id):  # it returned, but only after its cancel
+        return cancel_state.cancelled_outcome(request, worker=worker)
     try:
         # bytes become UTF-8 text (pydantic's rule); bytes that are not UTF-8 are refused.
         result = pydantic_core.to_jsonable_python(value)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 import redis
 
-from executor import cancels, observe
+from executor import cancel_state, cancels, observe
 from executor.callers import caller_known_waiting, caller_waits, caller_waits_async, look, shed
 from executor.claims import Admitted, hold, holds_before_ack, may_start, running_here
 from executor.context import close_progress, open_progress
@@ -151,7 +151,7 @@ def _running(admitted: Admitted, settings: Settings) -> Iterator[Callable[[], bo
     try:
         with observe.running(admitted.call.tool), cancels.watch(admitted, settings):
             yield lambda: answered[0]
-            answered.append(cancels.take_answer(admitted.call.call_id))
+            answered.append(cancel_state.take_answer(admitted.call.call_id))
     except BaseException:
         running_here.abandon(admitted)
         raise
@@ -223,8 +223,10 @@ def _admit_call(
     """
     tag = holder(worker)
     cancels.listen(settings)  # once per process, before its first call
-    if refusal is None and cancels.heard(call.call_id):
-        refusal = cancels.cancelled_outcome(call, worker=worker, why="cancelled before it started")
+    if refusal is None and cancel_state.heard(call.call_id):
+        refusal = cancel_state.cancelled_outcome(
+            call, worker=worker, why="cancelled before it started"
+        )
     if (
         refusal is None
         and ask_caller

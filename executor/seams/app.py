@@ -25,7 +25,7 @@ from celery.utils.imports import import_from_cwd
 from celery.worker import state as worker_state
 from kombu.entity import Queue
 
-from executor import cancels, metrics, stats
+from executor import cancel_state, metrics, stats
 from executor.keeper import Keeper
 from executor.pools import WORKER_POOLS
 from executor.registry import registered_tools
@@ -211,7 +211,7 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
         flush_counts=stats.flush_into,
         running=lambda: _calls_held(hostname),
         concurrency=int(getattr(sender.pool, "limit", 0) or 0),
-        ignoring_cancel=cancels.ran_on,
+        ignoring_cancel=cancel_state.ran_on,
         # Where tools run in this process, a process of its own keeps the worker visible
         # while a tool holds the interpreter's lock (executor.keeper).
         keeper=None

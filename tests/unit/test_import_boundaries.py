@@ -272,3 +272,31 @@ def test_the_agents_machinery_imports_nothing_of_the_public_layer_above_it() -> 
             upward[path.relative_to(ROOT).as_posix()] = sorted(wrong)
 
     assert upward == {}
+
+
+def executor_modules_imported(path: Path) -> set[str]:
+    """The executor modules a file imports, by full name (``from executor import x``
+    counted as ``executor.x``), at module level or inside functions."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module in ("executor", "executor.seams"):
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            else:
+                found.add(node.module)
+    return {name for name in found if name.split(".")[0] == "executor"}
+
+
+def test_the_call_steps_import_no_seam_and_each_calls_cancel_imports_nothing_of_the_worker() -> (
+    None
+):
+    # Celery at the edge: the call's steps below it know no request and no channel; and
+    # each call's cancel is the bottom the runner and the limits stand on.
+    steps = executor_modules_imported(ROOT / "executor" / "task.py")
+    below = executor_modules_imported(ROOT / "executor" / "cancel_state.py")
+
+    assert {name for name in steps if name.startswith("executor.seams")} == set()
+    assert "executor.cancel_state" in steps  # the checker reads this file's imports
+    assert below == set()
