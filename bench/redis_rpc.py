@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 import uuid
 from typing import cast
 
@@ -38,13 +39,22 @@ class RpcClient:
         self._reply = names.rpc_reply(uuid.uuid4().hex)
 
     def call(self, timeout: float = 10.0) -> object:
-        """Send one request and block until its reply, at most ``timeout`` seconds."""
-        request = json.dumps({"id": uuid.uuid4().hex, "reply": self._reply})
-        self._redis.lpush(names.RPC_REQUESTS, request)
-        item = self._redis.brpop([self._reply], timeout=timeout)
-        if item is None:
-            raise RpcTimeout(f"no reply from the RPC server within {timeout}s")
-        return json.loads(item[1])["result"]
+        """Send one request and block until its reply, at most ``timeout`` seconds.
+
+        A reply to an earlier request that timed out (the readiness check's, sent before
+        the server ran) is read and dropped: each call waits for its own.
+        """
+        call_id = uuid.uuid4().hex
+        self._redis.lpush(names.RPC_REQUESTS, json.dumps({"id": call_id, "reply": self._reply}))
+        ends = time.monotonic() + timeout
+        while (left := ends - time.monotonic()) > 0:
+            item = self._redis.brpop([self._reply], timeout=left)
+            if item is None:
+                break
+            reply = json.loads(item[1])
+            if reply["id"] == call_id:
+                return reply["result"]
+        raise RpcTimeout(f"no reply from the RPC server within {timeout}s")
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -85,17 +95,26 @@ class AsyncRpcClient:
             self._waiting.pop(call_id, None)
 
     async def _read(self) -> None:
-        while True:
-            popped = await self._receive.blmpop(
-                1, 1, self._reply, direction="RIGHT", count=_READ_BATCH
-            )
-            if popped is None:
-                continue
-            for item in cast("list[bytes]", popped[1]):
-                reply = json.loads(item)
-                future = self._waiting.get(reply["id"])
-                if future is not None and not future.done():
-                    future.set_result(reply["result"])
+        try:
+            while True:
+                popped = await self._receive.blmpop(
+                    1, 1, self._reply, direction="RIGHT", count=_READ_BATCH
+                )
+                if popped is None:
+                    continue
+                for item in cast("list[bytes]", popped[1]):
+                    reply = json.loads(item)
+                    future = self._waiting.get(reply["id"])
+                    if future is not None and not future.done():
+                        future.set_result(reply["result"])
+        except Exception as exc:
+            # The reader is gone: every waiting call fails with its error now (not a
+            # timeout later), and the next call starts a new reader.
+            self._reader = None
+            for future in self._waiting.values():
+                if not future.done():
+                    future.set_exception(exc)
+            raise
 
     async def aclose(self) -> None:
         """Stop the reader and close both connections."""
@@ -108,14 +127,18 @@ class AsyncRpcClient:
 
 
 def serve(url: str) -> None:
-    """Answer requests until killed."""
+    """Answer requests until killed; a lost connection is made again (and said on stderr)."""
     client = redis.Redis.from_url(url)
     while True:
-        item = client.brpop([names.RPC_REQUESTS], timeout=1)
-        if item is None:
-            continue
-        request = json.loads(item[1])
-        client.lpush(request["reply"], json.dumps({"id": request["id"], "result": None}))
+        try:
+            item = client.brpop([names.RPC_REQUESTS], timeout=1)
+            if item is None:
+                continue
+            request = json.loads(item[1])
+            client.lpush(request["reply"], json.dumps({"id": request["id"], "result": None}))
+        except redis.ConnectionError as exc:
+            print(f"rpc server: lost Redis ({exc}); connecting again", file=sys.stderr, flush=True)
+            time.sleep(0.1)
 
 
 if __name__ == "__main__":
