@@ -30,6 +30,9 @@ from wire.models import ToolSpec
 
 __all__ = ["RemoteTool", "remote_tool"]
 
+#: The keywords every way to call a tool takes (read once, not on every call).
+_KEYWORDS = frozenset(CallKeywords.__annotations__)
+
 
 class RemoteTool:
     """A proxy for one tool in the catalog.
@@ -212,10 +215,10 @@ class RemoteTool:
         arguments as a dict (a model's JSON text parsed, ToolArgumentsInvalid if bad) and
         the call's options resolved (the deadline from its levels, a run, a key, whether
         to cancel the call once abandoned)."""
-        unknown = set(options) - set(CallKeywords.__annotations__)
+        unknown = options.keys() - _KEYWORDS
         if unknown:
             raise TypeError(
-                f"{self.name!r} takes the call options {sorted(CallKeywords.__annotations__)}; "
+                f"{self.name!r} takes the call options {sorted(_KEYWORDS)}; "
                 f"got {sorted(unknown)} (a tool's arguments go in the arguments dict)"
             )
         on_abandon = check_on_abandon(options.get("on_abandon"), self.name) or self._on_abandon
