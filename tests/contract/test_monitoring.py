@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import redis
 from celery import Celery
@@ -139,6 +140,21 @@ def flower_get(base: str, path: str) -> Any:
         return None
 
 
+def subscribed(redis_client: redis.Redis, pid: int | None) -> bool:
+    """Whether a connection of process ``pid`` to ``redis_client``'s server holds a pattern
+    subscription (kombu's fanout: Flower's event receiver)."""
+    if pid is None:
+        return False
+    try:
+        ports = {c.laddr.port for c in psutil.Process(pid).net_connections(kind="tcp")}
+    except psutil.Error:
+        return False
+    return any(
+        int(client.get("psub", 0)) > 0 and int(str(client["addr"]).rsplit(":", 1)[1]) in ports
+        for client in redis_client.client_list()
+    )
+
+
 @pytest.fixture
 def flower(
     events_worker: WorkerProcess,
@@ -160,18 +176,18 @@ def flower(
     ]
     # Flower 2.x answers its REST API without authentication only when told to.
     env = {**os.environ, **contract_env, "FLOWER_UNAUTHENTICATED_API": "true"}
-    subscribed_before = redis_client.pubsub_numpat()
     with ChildProcess("flower", argv, env=env, cwd=PROJECT_ROOT, log_dir=tmp_path) as process:
         base = f"http://127.0.0.1:{port}"
 
         def ready() -> bool:
             # Up when the API answers and its event receiver has subscribed (a pattern
-            # subscription of its own): events published before that are lost to it.
+            # subscription on one of Flower's own connections): events published before
+            # that are lost to it. Not a count of all pattern subscriptions: a worker
+            # just started subscribes its control queue about then too.
             if not process.is_running:
                 return True
-            return (
-                flower_get(base, "/api/tasks") is not None
-                and redis_client.pubsub_numpat() > subscribed_before
+            return flower_get(base, "/api/tasks") is not None and subscribed(
+                redis_client, process.pid
             )
 
         wait_until(ready, timeout=30.0)
