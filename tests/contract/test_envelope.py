@@ -24,6 +24,7 @@ from celery import Celery
 
 from agent_client.prepare import PreparedCall, prepare_call
 from agent_client.validation import ArgumentValidator
+from wire.clock import shared_now
 from wire.message import CELERY_EXPIRY_GRACE, CELERY_LIMIT_MARGIN
 from wire.models import ToolSpec, task_name_for
 from wire.settings import Settings
@@ -161,9 +162,11 @@ def test_the_client_writes_the_message_send_task_writes_ids_and_times_aside(
     case: Case, redis_client: redis.Redis, producer: Celery, contract_settings: Settings
 ) -> None:
     queue_a, queue_b = f"contract-client-{uuid.uuid4().hex}", f"contract-stock-{uuid.uuid4().hex}"
-    client_from = time.time()
+    # The client measures the expiration on the shared clock (Redis' TIME, as the
+    # deadline), send_task on this host's: the window spans both while each side built.
+    client_from = shared_now()
     call = prepare(case, queue=queue_a, settings=contract_settings)
-    client_until = time.time()
+    client_until = shared_now()
     redis_client.lpush(queue_a, call.envelope)
     hard = case.spec.hard_timeout + CELERY_LIMIT_MARGIN if case.spec.hard_timeout else None
     task_name = task_name_for(case.spec.delivery)
