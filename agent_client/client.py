@@ -25,7 +25,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from agent_client._io.callstate import OP_TIMEOUT, SEND_STALL, CallState, Send
 from agent_client._io.cancels import abandoned
@@ -51,12 +51,22 @@ from wire.models import CallOutcome, ErrorKind, ToolSpec, should_store
 from wire.settings import Settings
 from wire.urls import AMQP_SCHEMES, REDIS_SCHEMES
 
-__all__ = ["ToolClient", "configure", "get_client", "joined_an_expired_call"]
+__all__ = ["AttemptWatch", "ToolClient", "configure", "get_client", "joined_an_expired_call"]
 
 logger = logging.getLogger(__name__)
 
 #: The brokers a client publishes to (a worker also takes kombu's in-memory one).
 _BROKER_SCHEMES = (*REDIS_SCHEMES, *AMQP_SCHEMES)
+
+
+class AttemptWatch(Protocol):
+    """What a held call (``CallHandle``) is told of its attempts."""
+
+    def sent(self, call: PreparedCall, state: CallState | None) -> None:
+        """An attempt was handed to the I/O thread (``state`` None: answered from the store)."""
+
+    def answered(self, call: PreparedCall, outcome: CallOutcome) -> None:
+        """The outcome that ends the call arrived (before it becomes a result or error)."""
 
 
 class ToolClient:
@@ -306,15 +316,25 @@ class ToolClient:
         clock: Callable[[], float],
         batcher: LoopBatcher | None = None,
         progress: ProgressSink | None = None,
+        record: Callable[[PreparedCall], dict[str, str]] | None = None,
+        watch: AttemptWatch | None = None,
     ) -> Attempts:
-        """The one wait loop: start an attempt, yield its future, take its outcome.
+        """The one wait loop of every call: start an attempt, yield its future, take its
+        outcome (driven by :func:`~agent_client.deadline.drive_sync`,
+        :func:`~agent_client.deadline.drive_async` or a
+        :class:`~agent_client.deadline.HeldDrive`).
 
         Another attempt starts only when this caller joined an execution whose own
         caller's deadline passed before it started (nothing ran, the claim is free).
         At the deadline the error says how far the send got: not sent
         (``BrokerUnavailable``), maybe sent (``ToolOutcomeUnknown``), or sent and not
         answered in time (``ToolTimeoutError``).
+
+        A held call (``submit``) gives ``record``, its first attempt's record
+        (``wire.handles``, written before its message), and ``watch``, told of each
+        attempt sent and of the outcome that counts.
         """
+        first = record is not None
         while True:
             left = None if ends is None else max(0.0, ends - clock())
             call = self.prepare(
@@ -323,9 +343,19 @@ class ToolClient:
                 timeout=left,
                 run_id=options.run_id,
                 idempotency_key=options.idempotency_key,
+                handle=first,
                 on_abandon=options.on_abandon,
             )
-            future, state = self._send(call, timeout=left, batcher=batcher, progress=progress)
+            future, state = self._send(
+                call,
+                timeout=left,
+                batcher=batcher,
+                progress=progress,
+                record=record(call) if first and record is not None else None,
+            )
+            first = False
+            if watch is not None:
+                watch.sent(call, state)
             try:
                 outcome = yield future
             except ToolTimeoutError as exc:
@@ -341,6 +371,8 @@ class ToolClient:
             finally:
                 self.replies.forget(call.call_id)
             if not joined_an_expired_call(call, outcome):
+                if watch is not None:
+                    watch.answered(call, outcome)
                 return self._result(call, outcome, timeout=options.timeout)
 
     async def call(

@@ -14,14 +14,19 @@ moment on as ``started``, and :func:`time_left` says what remains.
 The wait is written once, as a generator (:data:`Attempts`, the client's
 ``ToolClient.attempts``): it starts an attempt, yields the future of its outcome,
 receives the outcome, and either returns the result or starts another attempt (a
-joined execution that expired unrun). Two small drivers wait on the yielded futures
-with the caller's deadline: a thread blocks on ``future.result(left)``
-(:func:`drive_sync`); a coroutine awaits the future with a timer on its own loop
-(:func:`drive_async`), exact and with no thread or task per call. Exact takes more
-than one timer where the wait is long: Linux lets an event loop's wait end up to 0.1%
-of its timeout late (the kernel's timer slack for ``epoll_wait``: a 5 s deadline 5 ms
-late, a minute's 60 ms), so the timer first wakes a little before the deadline and then
-waits out the short rest (:class:`_Expiry`). At the deadline the driver throws
+joined execution that expired unrun). Every call runs that one loop; what differs is
+who drives it. A call awaited at once (``invoke``, ``run``, a framework's tool call) is
+driven by its caller, with the caller's deadline: a thread blocks on
+``future.result(left)`` (:func:`drive_sync`); a coroutine awaits the future with a
+timer on its own loop (:func:`drive_async`), exact and with no thread or task per call.
+A held call (``submit``: a ``CallHandle`` nobody may be waiting on) is driven by
+callbacks (:class:`HeldDrive`): each outcome is sent in where it arrives, the deadline
+is thrown in by a timer or by a waiter that saw it pass, and the end is handed over once.
+
+Exact takes more than one timer where the wait is long: Linux lets an event loop's wait
+end up to 0.1% of its timeout late (the kernel's timer slack for ``epoll_wait``: a 5 s
+deadline 5 ms late, a minute's 60 ms), so the timer first wakes a little before the
+deadline and then waits out the short rest (:class:`_Expiry`). At the deadline the driver throws
 :class:`ToolTimeoutError` into the generator, whose cleanup forgets the call, and the
 error reaches the caller (the client turns it into the error that says how far the
 send got). An outcome that arrives only as the deadline passes is treated the same
@@ -34,6 +39,7 @@ import asyncio
 import concurrent.futures
 import enum
 import math
+import threading
 import time
 from collections.abc import Callable, Generator
 from typing import Any, Final, TypeAlias, cast
@@ -50,6 +56,7 @@ __all__ = [
     "resolve_timeout",
     "time_left",
     "Attempts",
+    "HeldDrive",
     "drive_async",
     "drive_sync",
 ]
@@ -172,6 +179,86 @@ async def drive_async(
             future = attempts.send(outcome)
     except StopIteration as stop:
         return stop.value
+
+
+class HeldDrive:
+    """Drives ``attempts`` by callbacks, for a call nobody has to be waiting on.
+
+    :meth:`start` takes the first step on the caller's thread (a call refused before
+    any I/O raises there); then each attempt's outcome is sent in by the callback of its
+    future, wherever that future is settled, and :meth:`expire` throws the deadline in
+    (the I/O thread's timer, or a waiter that saw the deadline pass first). An outcome
+    that arrives once the deadline passed counts as the deadline, as in the drivers that
+    wait. ``ended`` gets the result, or the error, exactly once.
+    """
+
+    __slots__ = ("_attempts", "_clock", "_ended", "_ends", "_lock", "_over", "_timed_out")
+
+    def __init__(
+        self,
+        attempts: Attempts,
+        *,
+        ends: float | None,
+        clock: Callable[[], float],
+        timed_out: Callable[[], ToolTimeoutError],
+        ended: Callable[[Any, BaseException | None], None],
+    ) -> None:
+        self._attempts, self._ends, self._clock = attempts, ends, clock
+        self._timed_out, self._ended = timed_out, ended
+        self._lock = threading.Lock()  # the generator runs on one thread at a time
+        self._over = False
+
+    def start(self) -> None:
+        """Start the first attempt; its errors before any I/O raise here."""
+        with self._lock:
+            future = next(self._attempts)
+        future.add_done_callback(self._arrived)
+
+    def expire(self) -> None:
+        """The deadline passed: end the call with the error that says how far it got."""
+        self._step(error=_quiet(self._timed_out()))
+
+    def close(self) -> None:
+        """Give the call up with no end handed over (its submit raised instead)."""
+        with self._lock:
+            if not self._over:
+                self._over = True
+                self._attempts.close()
+
+    def _arrived(self, future: Waiter) -> None:
+        if future.cancelled():
+            return  # given up: the deadline's step ends the call
+        error = future.exception()
+        if error is not None:
+            self._step(error=error)
+        elif self._ends is not None and self._clock() >= self._ends:
+            self._step(error=_quiet(self._timed_out()))  # no result after the deadline
+        else:
+            self._step(outcome=future.result())
+
+    def _step(
+        self, *, outcome: CallOutcome | None = None, error: BaseException | None = None
+    ) -> None:
+        with self._lock:
+            if self._over:
+                return
+            try:
+                if error is not None:
+                    future = self._attempts.throw(error)
+                else:
+                    future = self._attempts.send(cast("CallOutcome", outcome))
+            except StopIteration as stop:
+                self._over = True
+                ended: tuple[Any, BaseException | None] | None = (stop.value, None)
+            except BaseException as exc:  # noqa: BLE001 - the call's error, handed over
+                self._over = True
+                ended = (None, exc)
+            else:
+                ended = None
+        if ended is not None:
+            self._ended(*ended)
+        else:  # another attempt: outside the lock, as a settled future calls back at once
+            future.add_done_callback(self._arrived)
 
 
 class _DeadlinePassed(Exception):

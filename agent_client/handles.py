@@ -38,8 +38,8 @@ from agent_client._io import cancels
 from agent_client._io.callstate import SEND_STALL, CallState
 from agent_client._io.cancels import cancel_call
 from agent_client._io.link import NotSent
-from agent_client.client import ToolClient, get_client, joined_an_expired_call
-from agent_client.deadline import time_left
+from agent_client.client import ToolClient, get_client
+from agent_client.deadline import HeldDrive, time_left
 from agent_client.errors import (
     BrokerUnavailable,
     RemoteToolError,
@@ -110,8 +110,9 @@ class CallHandle:
         self._final: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._outcome: CallOutcome | None = None
         self._lock = threading.Lock()
-        self._call: PreparedCall | None = None  # the attempt this process sent, if any
-        self._state: CallState | None = None
+        #: The held call's drive, when this process sent it (None: attached).
+        self._drive: HeldDrive | None = None
+        self._state: CallState | None = None  # the state of the attempt this process sent
         self._sink: ProgressSink | None = None
         self._streams: list[
             tuple[asyncio.AbstractEventLoop, asyncio.Queue[ProgressEvent | None]]
@@ -272,28 +273,36 @@ class CallHandle:
         left = self._left()
         return left is not None and left <= 0
 
+    # As the watch of the held call's attempts (agent_client.client.AttemptWatch):
+
+    def sent(self, call: PreparedCall, state: CallState | None) -> None:
+        """An attempt of this call was sent (the first one is the handle's own)."""
+        with self._lock:
+            self._state = state
+
+    def answered(self, call: PreparedCall, outcome: CallOutcome) -> None:
+        """The outcome that ends the call arrived, for the attempt ``call``."""
+        with self._lock:
+            self._outcome = outcome
+        lost = outcome.error is not None and outcome.error.kind is ErrorKind.WORKER_LOST
+        if outcome.call_id != self.id or lost:
+            # Joined, answered from the store, or given up by this client's watchdog: no
+            # worker ended this call's record (a second end changes nothing).
+            self._end_record(outcome)
+
     def _ended(self, outcome: CallOutcome) -> None:
-        """The call's outcome reached this process (on the I/O thread, or at attach)."""
+        """An attached call's outcome reached this process (on the I/O thread, or at attach)."""
         with self._lock:
             if self._final.done():
                 return
             self._outcome = outcome
-            call = self._call
         try:
-            if call is not None:
-                value = self._client._result(call, outcome, timeout=self._timeout)
-            else:
-                value = result_of(self.tool, outcome, timeout=self._timeout)
+            value = result_of(self.tool, outcome, timeout=self._timeout)
         except RemoteToolError as exc:
             exc.call_id = exc.call_id or self.id
             self._finish(error=exc)
         else:
             self._finish(value=value)
-        lost = outcome.error is not None and outcome.error.kind is ErrorKind.WORKER_LOST
-        if call is not None and (outcome.call_id != self.id or lost):
-            # Joined, answered from the store, or given up by this client's watchdog: no
-            # worker ended this call's record (a second end changes nothing).
-            self._end_record(outcome)
 
     def _expire(self) -> None:
         """The call's deadline passed with no outcome: end it as ``invoke`` would."""
@@ -301,23 +310,12 @@ class CallHandle:
             if self._final.done() or self._expired:
                 return
             self._expired = True  # its error is on its way to the waiters
-            state, call = self._state, self._call
+        if self._drive is not None:
+            self._drive.expire()  # the attempts loop says how far the send got
+            return
         timed_out = ToolTimeoutError(self.tool, self._timeout or 0.0)
         timed_out.call_id = self.id
-        error: RemoteToolError = timed_out
-        if call is not None:
-            sent = None if state is None else state.abandon()
-            error = deadline_error(
-                self.tool,
-                timed_out,
-                sent,
-                stalled=self._client.publisher.stalled(longer_than=SEND_STALL),
-                call_id=self.id,
-            )
-            self._client.replies.forget(call.call_id)
-        self._finish(error=error)
-        if self._spec is not None and self._spec.on_abandon == "cancel":
-            self._client.io.submit(self._cancel)
+        self._finish(error=timed_out)
 
     def _end_record(self, outcome: CallOutcome) -> None:
         settings = self._client.settings
@@ -418,8 +416,9 @@ def _not_queued(client: ToolClient, handle: CallHandle, patience: float) -> Remo
     sent = state.abandon()
     if sent[0]:
         return None  # confirmed in the instant between the two looks
-    client.replies.forget(handle.id)
     held(client).pop(handle.id, None)
+    if handle._drive is not None:
+        handle._drive.close()  # given up: the attempts loop forgets it
     return deadline_error(
         handle.tool,
         ToolTimeoutError(handle.tool, patience),
@@ -437,79 +436,63 @@ def _send(
     *,
     on_progress: ProgressCallback | None,
 ) -> tuple[CallHandle, concurrent.futures.Future[None], float]:
-    """Hand a call with a record to the I/O thread: its handle, the future its first
-    confirmation resolves, and how long to wait for it."""
-    timeout, on_abandon = options.timeout, options.on_abandon
-    idempotency_key = options.idempotency_key
-    left = time_left(timeout, options.started)
-    call = client.prepare(
-        spec,
-        arguments,
-        timeout=left,
-        run_id=options.run_id,
-        idempotency_key=idempotency_key,
-        handle=True,
-        on_abandon=on_abandon,
-    )
+    """Start a held call: the client's one attempts loop, its first attempt with a
+    record, driven by callbacks. Returns its handle, the future its first confirmation
+    resolves, and how long to wait for it."""
+    left = time_left(options.timeout, options.started)
+    ends = None if left is None else time.monotonic() + left
+    # Its id, queue, envelope and deadline are its first attempt's (``record``, below).
     handle = CallHandle(
         client,
-        call_id=call.call_id,
+        call_id="",
         tool=spec.name,
-        queue=call.spec.queue,
-        envelope=call.envelope,
-        deadline=call.request.deadline,
-        timeout=timeout,
-        spec=call.spec,
+        queue="",
+        envelope="",
+        deadline=None,
+        timeout=options.timeout,
     )
     handle._on_progress = on_progress
-    sink = ProgressSink(handle._progress, None)
-    handle._sink = sink
-    record = {
-        "tool": call.spec.name,
-        "queue": call.spec.queue,
-        "envelope": call.envelope,
-        "status": "queued",
-        "deadline": "" if call.request.deadline is None else repr(call.request.deadline),
-        "sender": waiter_entry(client.client_id, call.call_id),
-        "run_id": call.request.run_id or "",
-        "timeout": "" if timeout is None else repr(timeout),
-        "submitted_at": f"{time.time():.3f}",
-    }
+    sink = handle._sink = ProgressSink(handle._progress, None)
 
-    def attempt(prepared: PreparedCall, record: dict[str, str] | None) -> None:
-        left_now = handle._left()
-        future, state = client._send(
-            prepared, timeout=left_now, batcher=None, progress=sink, record=record
-        )
-        with handle._lock:
-            handle._call, handle._state = prepared, state
+    def record(call: PreparedCall) -> dict[str, str]:
+        # The first attempt is the handle's: its id, queue and envelope are the record's.
+        handle.id, handle._queue, handle._envelope = call.call_id, call.spec.queue, call.envelope
+        handle._deadline, handle._spec = call.request.deadline, call.spec
+        held(client)[call.call_id] = handle
+        return {
+            "tool": call.spec.name,
+            "queue": call.spec.queue,
+            "envelope": call.envelope,
+            "status": "queued",
+            "deadline": "" if call.request.deadline is None else repr(call.request.deadline),
+            "sender": waiter_entry(client.client_id, call.call_id),
+            "run_id": call.request.run_id or "",
+            "timeout": "" if options.timeout is None else repr(options.timeout),
+            "submitted_at": f"{time.time():.3f}",
+        }
 
-        def arrived(done: concurrent.futures.Future[CallOutcome]) -> None:
-            if done.cancelled() or done.exception() is not None:
-                return
-            outcome = done.result()
-            if joined_an_expired_call(prepared, outcome) and not handle._deadline_passed():
-                # It joined a call that expired unrun: nothing ran, claim it again.
-                again = client.prepare(
-                    spec,
-                    arguments,
-                    timeout=handle._left(),
-                    run_id=call.request.run_id,
-                    idempotency_key=idempotency_key,
-                    on_abandon=on_abandon,
-                )
-                attempt(again, None)
-                return
-            handle._ended(outcome)
-
-        future.add_done_callback(arrived)  # type: ignore[arg-type]
-
-    held(client)[call.call_id] = handle
-    attempt(call, record)
+    attempts = client.attempts(
+        spec,
+        arguments,
+        options,
+        ends=ends,
+        clock=time.monotonic,
+        progress=sink,
+        record=record,
+        watch=handle,
+    )
+    handle._drive = HeldDrive(
+        attempts,
+        ends=ends,
+        clock=time.monotonic,
+        timed_out=lambda: ToolTimeoutError(spec.name, options.timeout or 0.0),
+        ended=lambda value, error: handle._finish(value=value, error=error),
+    )
+    handle._drive.start()  # prepares (a bad call raises here) and sends the first attempt
     state = handle._state
-    assert state is not None  # a submitted call is always sent (ToolClient._send)
-    if left is not None:
-        client.io.call_soon(lambda: client.io.loop.call_later(max(0.0, left), handle._expire))
+    assert state is not None  # a call with a record is always sent (ToolClient._send)
+    if ends is not None:
+        client.io.call_soon(lambda: client.io.loop.call_at(ends, handle._expire))
     return handle, state.queued, SUBMIT_PATIENCE if left is None else max(0.0, left)
 
 

@@ -125,12 +125,6 @@ class Ledger:
         """Remember the task request of delivery ``delivery_tag`` (see :meth:`started`)."""
         self._requests[str(delivery_tag)] = request
 
-    def put_back(self, delivery_tag: object) -> None:
-        """Record that the delivery ``delivery_tag`` went back on its queue: every copy of
-        it received until now is stale."""
-        with self._lock:
-            self._mark_stale(str(delivery_tag), self._last)
-
     def reserve(self, delivery_tag: object, *, unless_begun: bool) -> int | None:
         """Begin putting back ``delivery_tag``: its copies received until now wait in
         :meth:`begin` until :meth:`settle`. Returns the number they are known by, or None
@@ -201,19 +195,6 @@ class Ledger:
                 return True
         job = getattr(self._requests.get(tag), "toolexec_job", None)
         return getattr(job, "_write_to", None) is not None
-
-    def is_stale(self, copy: object) -> bool:
-        """Whether the copy a task request's :data:`COPY_KEY` field describes was put back
-        since it was received (so the copy taken again from the queue runs, not this one)."""
-        if not self._stale:
-            return False
-        if not isinstance(copy, list | tuple) or len(copy) != 2:
-            return False
-        tag, number = copy
-        if not isinstance(number, int):
-            return False
-        with self._lock:
-            return number <= self._stale.get(str(tag), 0)
 
     # -- a warm stop -----------------------------------------------------------------
 

@@ -17,45 +17,57 @@ def ledger() -> Ledger:
     return Ledger()
 
 
+def put_back(ledger: Ledger, tag: str) -> None:
+    """What a put-back that succeeded tells the ledger (``PutBacks._put_back_once``)."""
+    number = ledger.reserve(tag, unless_begun=False)
+    assert number is not None
+    ledger.settle(tag, number, done=True)
+
+
 def test_the_copy_in_memory_is_stale_and_the_copy_taken_again_is_not(ledger: Ledger) -> None:
     first = ledger.receive("tag-1")
     other = ledger.receive("tag-2")
-
-    assert not ledger.is_stale(first)  # nothing was put back yet
-    ledger.put_back("tag-1")
+    put_back(ledger, "tag-1")
     again = ledger.receive("tag-1")  # redelivered: the same tag
 
-    assert ledger.is_stale(first)
-    assert not ledger.is_stale(again)
-    assert not ledger.is_stale(other)  # a delivery that was not put back
+    assert ledger.begin(first) is False
+    assert ledger.begin(again) is True
+    assert ledger.begin(other) is True  # a delivery that was not put back
+
+
+def test_a_copy_runs_when_nothing_was_put_back(ledger: Ledger) -> None:
+    copy = ledger.receive("tag")
+
+    assert ledger.begin(copy) is True
+    assert ledger.reserve("tag", unless_begun=True) is None  # begun: a put-back leaves it
 
 
 def test_a_delivery_put_back_twice_runs_only_from_its_last_copy(ledger: Ledger) -> None:
     copies = []
     for _ in range(3):
         copies.append(ledger.receive("tag"))
-        ledger.put_back("tag")
+        put_back(ledger, "tag")
     last = ledger.receive("tag")
 
-    assert all(ledger.is_stale(copy) for copy in copies)
-    assert not ledger.is_stale(last)
+    assert [ledger.begin(copy) for copy in copies] == [False, False, False]
+    assert ledger.begin(last) is True
 
 
 @pytest.mark.parametrize("copy", [None, {}, "x", ["tag", "1"], ["tag"], []])
 def test_a_request_without_a_copy_number_is_never_stale(copy: object, ledger: Ledger) -> None:
     ledger.receive("tag")
-    ledger.put_back("tag")
+    put_back(ledger, "tag")
 
-    assert not ledger.is_stale(copy)
+    assert ledger.begin(copy) is True
 
 
 def test_only_the_newest_deliveries_put_back_are_remembered() -> None:
     ledger = Ledger(max_remembered=3)
     copies = [ledger.receive(f"tag-{i}") for i in range(5)]
     for i in range(5):
-        ledger.put_back(f"tag-{i}")
+        put_back(ledger, f"tag-{i}")
 
-    assert [ledger.is_stale(copy) for copy in copies] == [False, False, True, True, True]
+    assert [ledger.begin(copy) for copy in copies] == [True, True, False, False, False]
 
 
 def test_a_copy_begins_or_its_delivery_goes_back_never_both(ledger: Ledger) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from agent_client.deadline import (
     ONE_TIMER_WITHIN,
     SELECT_RESOLUTION,
     Attempts,
+    HeldDrive,
     _Expiry,
     drive_async,
     drive_sync,
@@ -210,3 +212,144 @@ def test_a_long_async_deadline_ends_within_a_few_milliseconds_on_a_real_loop() -
         if late[-1] < _REAL_LOOP_BOUND:
             break
     assert min(late) < _REAL_LOOP_BOUND, late
+
+
+# -- the held call's drive: the same attempts loop, advanced by callbacks ---------------
+
+
+def _attempts_until_not_expired(futures: list[Waiter], seen: list[str]) -> Attempts:
+    """An attempts loop as the client's: another attempt while the outcome says EXPIRED."""
+    try:
+        for future in futures:
+            outcome = yield future
+            seen.append(f"answered {outcome.call_id}")
+            if outcome.ok:
+                return outcome.result
+        raise AssertionError("no attempt left")
+    except ToolTimeoutError:
+        seen.append("timed out")
+        raise
+    finally:
+        seen.append("cleaned up")
+
+
+def _ok(call_id: str, result: Any = None) -> CallOutcome:
+    return CallOutcome(call_id=call_id, ok=True, result=result)
+
+
+def _expired(call_id: str) -> CallOutcome:
+    return CallOutcome.model_validate(
+        {
+            "call_id": call_id,
+            "ok": False,
+            "error": {"kind": "expired", "type": "DeadlineExpired", "message": "m"},
+        }
+    )
+
+
+class _Ends:
+    """What a held drive handed over, and when (on which thread)."""
+
+    def __init__(self) -> None:
+        self.ends: list[tuple[Any, BaseException | None]] = []
+        self.done = threading.Event()
+
+    def __call__(self, value: Any, error: BaseException | None) -> None:
+        self.ends.append((value, error))
+        self.done.set()
+
+
+def _held(attempts: Attempts, ended: _Ends, *, ends: float | None = None) -> HeldDrive:
+    return HeldDrive(attempts, ends=ends, clock=time.monotonic, timed_out=_timed_out, ended=ended)
+
+
+def test_a_held_call_takes_its_outcome_where_it_arrives_and_hands_its_result_over_once() -> None:
+    first: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    seen: list[str] = []
+    ended = _Ends()
+    drive = _held(_attempts_until_not_expired([first], seen), ended)
+    drive.start()
+    assert seen == []  # nothing is decided before the outcome arrives
+
+    arrive = threading.Thread(target=first.set_result, args=(_ok("c1", 42),))
+    arrive.start()
+    arrive.join()
+
+    assert ended.done.wait(5)
+    assert ended.ends == [(42, None)]
+    assert seen == ["answered c1", "cleaned up"]
+    drive.expire()  # the deadline's timer, after the end: changes nothing
+    assert ended.ends == [(42, None)]
+
+
+def test_a_held_call_attempts_again_when_an_answer_calls_for_it_even_one_already_there() -> None:
+    # The second attempt's future is settled before the drive waits on it (an outcome
+    # this process had stored): its callback runs at once, on the same thread, and the
+    # drive must not wait for the lock it holds.
+    first: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    second: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    second.set_result(_ok("c2", "stored"))
+    seen: list[str] = []
+    ended = _Ends()
+    _held(_attempts_until_not_expired([first, second], seen), ended).start()
+
+    first.set_result(_expired("c1"))
+
+    assert ended.done.wait(5)
+    assert ended.ends == [("stored", None)]
+    assert seen == ["answered c1", "answered c2", "cleaned up"]
+
+
+def test_a_held_call_whose_deadline_passes_ends_in_the_timeout_and_drops_a_late_outcome() -> None:
+    first: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    seen: list[str] = []
+    ended = _Ends()
+    drive = _held(_attempts_until_not_expired([first], seen), ended)
+    drive.start()
+
+    drive.expire()
+    first.set_result(_ok("c1", 42))  # the outcome, too late
+
+    assert len(ended.ends) == 1
+    value, error = ended.ends[0]
+    assert value is None and isinstance(error, ToolTimeoutError)
+    assert seen == ["timed out", "cleaned up"]
+
+
+def test_a_held_call_whose_outcome_arrives_once_its_deadline_passed_ends_in_the_timeout() -> None:
+    first: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    seen: list[str] = []
+    ended = _Ends()
+    _held(_attempts_until_not_expired([first], seen), ended, ends=time.monotonic()).start()
+
+    first.set_result(_ok("c1", 42))
+
+    assert len(ended.ends) == 1
+    assert isinstance(ended.ends[0][1], ToolTimeoutError)
+    assert seen == ["timed out", "cleaned up"]
+
+
+def test_a_held_call_refused_before_any_io_raises_where_it_is_started() -> None:
+    def refused() -> Attempts:
+        raise ValueError("bad arguments")
+        yield  # a generator: never reached
+
+    ended = _Ends()
+    with pytest.raises(ValueError, match="bad arguments"):
+        _held(refused(), ended).start()
+    assert ended.ends == []
+
+
+def test_a_held_call_given_up_runs_its_cleanup_and_hands_nothing_over() -> None:
+    first: concurrent.futures.Future[Any] = concurrent.futures.Future()
+    seen: list[str] = []
+    ended = _Ends()
+    drive = _held(_attempts_until_not_expired([first], seen), ended)
+    drive.start()
+
+    drive.close()
+    first.set_result(_ok("c1", 42))
+    drive.expire()
+
+    assert ended.ends == []
+    assert seen == ["cleaned up"]
