@@ -110,6 +110,14 @@ class _Tally:
     ended: int = 0
     never_ended: int = 0
     samples: dict[str, str] = field(default_factory=dict)  # error type -> one message
+    #: Seconds since the calls began: each fault's start and end, each call that did not
+    #: end in a result (when it was sent and ended, its id, its error), in that order.
+    timeline: list[tuple[float, str]] = field(default_factory=list)
+    began: float = field(default_factory=time.monotonic)
+
+    def note(self, line: str, at: float | None = None) -> None:
+        moment = time.monotonic() if at is None else at
+        self.timeline.append((moment - self.began, line))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -252,6 +260,9 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
             start = time.monotonic()
             tally = asyncio.run(_drive(args, tools, plan))
             took = time.monotonic() - start
+            (workdir / "timeline.log").write_text(
+                "".join(f"{at:7.2f} s  {line}\n" for at, line in sorted(tally.timeline))
+            )
             _wait_queue_empty(db, 60.0)
             sample("end")()
             pids = {w.name: w.pid for w in workers}
@@ -350,8 +361,10 @@ async def _drive(
     async def one(i: int) -> None:
         name = _TOOLS[i % len(_TOOLS)]
         arguments: dict[str, Any] = {}
+        sent: float | None = None
         try:
             async with semaphore:
+                sent = time.monotonic()
                 if name == _BOOK:
                     passenger = f"{_PASSENGER_PREFIX}{i}"
                     arguments = {"flight_id": f"SK{i % 10_000}", "passenger": passenger}
@@ -368,6 +381,8 @@ async def _drive(
         except RemoteToolError as error:
             tally.outcomes[(name, type(error).__name__)] += 1
             tally.samples.setdefault(type(error).__name__, str(error)[:200])
+            at = "" if sent is None else f"sent at {sent - tally.began:.2f} s, "
+            tally.note(f"{at}{name} call {error.call_id} ended in {type(error).__name__}")
         except TimeoutError:
             tally.never_ended += 1
         except Exception as error:  # noqa: BLE001 - counted: the soak's first check
@@ -386,12 +401,19 @@ async def _drive(
             threshold = int(args.calls * fraction)
             async with progress:
                 await progress.wait_for(reached(threshold))
+            step = [part for part in act.__qualname__.split(".") if part not in _NOT_NAMES][-1]
+            tally.note(f"{step} begins ({fraction:.0%} of the calls ended)")
             await asyncio.to_thread(act)
+            tally.note(f"{step} over")
 
     chaos_task = asyncio.create_task(chaos())
     await asyncio.gather(*(one(i) for i in range(args.calls)))
     await chaos_task
     return tally
+
+
+#: The parts of a chaos step's qualified name that do not name it.
+_NOT_NAMES = ("_soak", "<locals>", "act")
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float) -> None:

@@ -28,11 +28,19 @@ def _row(report: str, label: str) -> int:
     return int(match.group(1))
 
 
-def test_a_short_soak_ends_every_call_as_its_faults_allow_books_once_and_leaves_redis_and_workers_as_found() -> (  # noqa: E501
-    None
-):
+def _kept(workdir: Path) -> str:
+    """The end of each log the soak kept in ``workdir``: what a failure's message shows."""
+    logs = sorted(workdir.rglob("*.log"))
+    return "\n".join(f"--- {log.name}, last lines:\n{log.read_text()[-3000:]}" for log in logs)
+
+
+def test_a_short_soak_ends_every_call_as_its_faults_allow_books_once_and_leaves_redis_and_workers_as_found(  # noqa: E501
+    tmp_path: Path,
+) -> None:
+    # Kept (worker logs at INFO, Redis' AOF, the booking ledger): a failure shows them.
+    workdir = tmp_path / "soak"
     done = subprocess.run(
-        [sys.executable, "-m", "bench", "soak", "--smoke"],
+        [sys.executable, "-m", "bench", "soak", "--smoke", "--keep", str(workdir)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -40,7 +48,9 @@ def test_a_short_soak_ends_every_call_as_its_faults_allow_books_once_and_leaves_
         check=False,
     )
     report = done.stdout
-    assert done.returncode == 0, f"exit {done.returncode}\n{report}\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, (
+        f"exit {done.returncode}\n{report}\n{done.stderr[-4000:]}\n{_kept(workdir)}"
+    )
     assert report.rstrip().endswith("Result: PASS"), report
     # The faults were injected.
     assert "SIGKILLed soak1" in report and "SIGKILLed soak2" in report
