@@ -110,7 +110,14 @@ def test_an_asyncio_callers_loop_and_the_clients_io_loop_keep_ticking_while_redi
     # bound leaves room for a loaded machine's scheduling (up to 214 ms seen at load 4).
     for where, gap in worst_gaps.items():
         assert gap < 0.2, f"the {where} stood still for {gap * 1000:.0f} ms"
-    assert all(1.0 - 0.01 <= w <= 1.0 + SLACK for w in waits), sorted(waits)[-3:]
+    # Each call hears its deadline on the caller's loop: as late as SLACK, and as late again
+    # as the machine left that loop standing still (its ticker's worst gap past its 5 ms
+    # sleep; at a load of 8, a loop unscheduled for 56 ms made a call hear 56 ms late).
+    stood_still = max(0.0, worst_gaps["caller's event loop"] - 0.005)
+    assert all(1.0 - 0.01 <= w <= 1.0 + SLACK + stood_still for w in waits), (
+        sorted(waits)[-3:],
+        worst_gaps,
+    )
     # One try while frozen (it gave up at its first TIME), none again within RETRY_AFTER.
     assert 1 <= tried <= unmeasured.samples, tried
     assert measured_while_frozen is None
