@@ -97,7 +97,6 @@ class CallHandle:
         envelope: str,
         deadline: float | None,
         timeout: float | None,
-        spec: ToolSpec | None = None,
     ) -> None:
         self.id = call_id
         self.tool = tool
@@ -106,7 +105,6 @@ class CallHandle:
         self._envelope = envelope
         self._deadline = deadline  # epoch seconds on the shared clock, or None
         self._timeout = timeout
-        self._spec = spec
         self._final: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._outcome: CallOutcome | None = None
         self._lock = threading.Lock()
@@ -457,7 +455,7 @@ def _send(
     def record(call: PreparedCall) -> dict[str, str]:
         # The first attempt is the handle's: its id, queue and envelope are the record's.
         handle.id, handle._queue, handle._envelope = call.call_id, call.spec.queue, call.envelope
-        handle._deadline, handle._spec = call.request.deadline, call.spec
+        handle._deadline = call.request.deadline
         held(client)[call.call_id] = handle
         return {
             "tool": call.spec.name,
