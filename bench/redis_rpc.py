@@ -25,6 +25,8 @@ __all__ = ["AsyncRpcClient", "RpcClient", "RpcTimeout", "serve"]
 
 #: Replies the async client's reader takes from its list in one BLMPOP, at most.
 _READ_BATCH = 1000
+#: Seconds a read of the reply reader may take (it blocks 1 s at a time).
+_READ_PATIENCE = 30.0
 
 
 class RpcTimeout(Exception):
@@ -72,7 +74,11 @@ class AsyncRpcClient:
 
     def __init__(self, url: str) -> None:
         self._send = redis.asyncio.Redis.from_url(url, single_connection_client=True)
-        self._receive = redis.asyncio.Redis.from_url(url, single_connection_client=True)
+        # The reader blocks a second at a time: its reads may take that long and more on
+        # a loaded machine, and a read timed out would end the reader.
+        self._receive = redis.asyncio.Redis.from_url(
+            url, single_connection_client=True, socket_timeout=_READ_PATIENCE
+        )
         self._reply = names.rpc_reply(uuid.uuid4().hex)
         self._waiting: dict[str, asyncio.Future[object]] = {}
         self._reader: asyncio.Task[None] | None = None
@@ -107,14 +113,14 @@ class AsyncRpcClient:
                     future = self._waiting.get(reply["id"])
                     if future is not None and not future.done():
                         future.set_result(reply["result"])
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - handed to every waiting call, and said
             # The reader is gone: every waiting call fails with its error now (not a
             # timeout later), and the next call starts a new reader.
             self._reader = None
             for future in self._waiting.values():
                 if not future.done():
                     future.set_exception(exc)
-            raise
+            print(f"rpc client: the reply reader stopped ({exc!r})", file=sys.stderr, flush=True)
 
     async def aclose(self) -> None:
         """Stop the reader and close both connections."""

@@ -1,4 +1,5 @@
-"""Notice that a call is lost, at any moment after it was sent, and act.
+"""Notice that a call is lost, at any moment after it was sent, and act: send a copy
+again, give it up, dead-letter it.
 
 About once per heartbeat interval the watchdog looks at every call whose send Redis
 confirmed at least an interval ago (it runs on the client's I/O thread):
@@ -78,11 +79,11 @@ from agent_client._io.callstate import CallState
 from agent_client._io.link import Arg, Link, NotSent, Refused, Unknown
 from agent_client._io.loop import IOThread
 from agent_client._io.replies import ReplyRouter
-from agent_client._io.verdicts import dead_letter, give_up, send_again
 from agent_client._io.writes import Writes
 from wire import keys
 from wire.clock import shared_now
-from wire.copies import sent_again
+from wire.copies import GIVE_UP, PUSH_ONCE, RESEND, sent_again
+from wire.deadletter import deadletter_commands, deadletter_entry
 from wire.formats import parse_holder_tag, parse_state, worker_id_of
 from wire.models import CallOutcome, ErrorKind
 from wire.scripts import RELEASE
@@ -417,3 +418,89 @@ async def _mget(store: Link, names: list[str]) -> list[Any] | None:
     ):
         return None
     return reply
+
+
+# -- acting on a lost call -------------------------------------------------------------
+#
+# Both ways of acting on a lost call write its fence first (wire.copies), and do so only
+# if no worker has recorded the call held since the watchdog looked: a copy sent again is
+# the next generation, so no earlier copy starts once it is out; a call given up is
+# fenced for good, so no copy starts at all. A Redis that refuses the write (out of
+# memory) leaves the call as it was, to be looked at again next round.
+
+
+async def give_up(store: Link, call_id: str, state: CallState) -> bool:
+    """Fence the call (no copy of it may start from now on), unless a worker has recorded
+    it held since the last look; whether it was given up.
+
+    Raises:
+        NotSent: Redis did not take the fence (the call is looked at again next round).
+    """
+    seen = state.seen_holder or b""
+    command = GIVE_UP.command(
+        [keys.fence(call_id), keys.running(call_id)], [state.fence_ttl_ms, seen]
+    )
+    reply = (await store.execute([command], timeout=_TIMEOUT))[0]
+    if isinstance(reply, Unknown | Refused):
+        raise NotSent(f"could not give call {call_id} up: {reply.error}")
+    if reply:
+        return True
+    state.absent_since = None  # held since the look: not lost
+    return False
+
+
+async def send_again(
+    io: IOThread, store: Link, broker_url: str, call_id: str, state: CallState
+) -> bool:
+    """Send a lost at-least-once call again: its next generation, after the fence; whether sent.
+
+    A joined call (no message of its own) claims again through the publisher; so does
+    every call on RabbitMQ, which publishes the same message again.
+    """
+    if state.joined or is_amqp_url(broker_url):
+        # No message of our own: claim again (or join, or get the stored outcome).
+        # On RabbitMQ: publish again through the publisher (agent_client._io.amqp_lane).
+        if state.resend is None:
+            return False
+        state.confirmed = False
+        state.resend()
+        return True
+    # The next generation: the fence first (earlier copies may no longer start; not if a
+    # worker has recorded the call held since the look), then the copy, pushed once
+    # under its own sent marker.
+    generation = state.resent + 1
+    seen = state.seen_holder or b""
+    fence = RESEND.command(
+        [keys.fence(call_id), keys.running(call_id)], [generation, state.fence_ttl_ms, seen]
+    )
+    reply = (await store.execute([fence], timeout=_TIMEOUT))[0]
+    if isinstance(reply, Unknown | Refused) or not reply:
+        if not isinstance(reply, Unknown | Refused):
+            state.absent_since = None  # held since: not lost
+        return False
+    copy = sent_again(state.envelope, generation)
+    push = PUSH_ONCE.command(
+        [state.queue, keys.sent_copy(call_id, generation)], [state.fence_ttl_ms, copy]
+    )
+    reply = (await io.link(broker_url, "read").execute([push], timeout=_TIMEOUT))[0]
+    if isinstance(reply, Unknown | Refused):
+        return False  # the fence names it: the next round pushes it, once
+    state.pushed = copy
+    return True
+
+
+async def dead_letter(store: Link, call_id: str, state: CallState) -> None:
+    """Dead-letter an at-least-once call given up after its workers died on every delivery."""
+    entry = deadletter_entry(
+        "worker_lost",
+        queue=state.queue,
+        payload=state.envelope,
+        call_id=call_id,
+        detail=f"its worker died on each of {state.resent + 1} deliveries (client watchdog)",
+    )
+    try:
+        replies = await store.execute(deadletter_commands(entry), timeout=_TIMEOUT)
+    except NotSent:
+        replies = [None]
+    if any(reply is None or isinstance(reply, Unknown | Refused) for reply in replies):
+        logger.error("could not dead-letter lost call %s", call_id)
