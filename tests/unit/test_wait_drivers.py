@@ -263,12 +263,21 @@ def _held(attempts: Attempts, ended: _Ends, *, ends: float | None = None) -> Hel
     return HeldDrive(attempts, ends=ends, clock=time.monotonic, timed_out=_timed_out, ended=ended)
 
 
-def test_a_held_call_takes_its_outcome_where_it_arrives_and_hands_its_result_over_once() -> None:
+def _started_with_one_attempt(
+    ends: float | None = None,
+) -> tuple[concurrent.futures.Future[Any], list[str], _Ends, HeldDrive]:
+    """A held call started on one attempt: that attempt's future, what the loop saw, what
+    the drive handed over, and the drive."""
     first: concurrent.futures.Future[Any] = concurrent.futures.Future()
     seen: list[str] = []
     ended = _Ends()
-    drive = _held(_attempts_until_not_expired([first], seen), ended)
+    drive = _held(_attempts_until_not_expired([first], seen), ended, ends=ends)
     drive.start()
+    return first, seen, ended, drive
+
+
+def test_a_held_call_takes_its_outcome_where_it_arrives_and_hands_its_result_over_once() -> None:
+    first, seen, ended, drive = _started_with_one_attempt()
     assert seen == []  # nothing is decided before the outcome arrives
 
     arrive = threading.Thread(target=first.set_result, args=(_ok("c1", 42),))
@@ -301,11 +310,7 @@ def test_a_held_call_attempts_again_when_an_answer_calls_for_it_even_one_already
 
 
 def test_a_held_call_whose_deadline_passes_ends_in_the_timeout_and_drops_a_late_outcome() -> None:
-    first: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    seen: list[str] = []
-    ended = _Ends()
-    drive = _held(_attempts_until_not_expired([first], seen), ended)
-    drive.start()
+    first, seen, ended, drive = _started_with_one_attempt()
 
     drive.expire()
     first.set_result(_ok("c1", 42))  # the outcome, too late
@@ -317,10 +322,7 @@ def test_a_held_call_whose_deadline_passes_ends_in_the_timeout_and_drops_a_late_
 
 
 def test_a_held_call_whose_outcome_arrives_once_its_deadline_passed_ends_in_the_timeout() -> None:
-    first: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    seen: list[str] = []
-    ended = _Ends()
-    _held(_attempts_until_not_expired([first], seen), ended, ends=time.monotonic()).start()
+    first, seen, ended, _ = _started_with_one_attempt(ends=time.monotonic())
 
     first.set_result(_ok("c1", 42))
 
@@ -341,11 +343,7 @@ def test_a_held_call_refused_before_any_io_raises_where_it_is_started() -> None:
 
 
 def test_a_held_call_given_up_runs_its_cleanup_and_hands_nothing_over() -> None:
-    first: concurrent.futures.Future[Any] = concurrent.futures.Future()
-    seen: list[str] = []
-    ended = _Ends()
-    drive = _held(_attempts_until_not_expired([first], seen), ended)
-    drive.start()
+    first, seen, ended, drive = _started_with_one_attempt()
 
     drive.close()
     first.set_result(_ok("c1", 42))
