@@ -92,7 +92,10 @@ class ToolClient:
         self.client_id = uuid.uuid4().hex
         self._pid = os.getpid()
         self._origin = f"toolexec-client@{self._pid}"
-        self.io = IOThread(services=[self._listen, self._tick, self._beat])
+        self.io = IOThread(
+            services=[self._listen, self._tick, self._beat],
+            sentinel_master=settings.sentinel_master,
+        )
         #: Whether this client's liveness key has been written since its thread started:
         #: from then on its calls ask workers to shed them should it die (``caller_beats``).
         self.beating = False

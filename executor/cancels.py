@@ -49,6 +49,7 @@ from executor.delivery import finish
 from executor.worker import in_pool_child, redis_client
 from wire import keys
 from wire.clock import shared_now
+from wire.connect import sync_client
 from wire.settings import Settings
 
 __all__ = ["listen", "recorded", "watch"]
@@ -165,8 +166,11 @@ def _listen(settings: Settings, ready: threading.Event) -> None:
 
 
 def _subscribed(settings: Settings, ready: threading.Event) -> None:
-    client = redis.Redis.from_url(
-        settings.redis_url, socket_connect_timeout=5, health_check_interval=0
+    client = sync_client(
+        settings.redis_url,
+        master=settings.sentinel_master,
+        socket_connect_timeout=5,
+        health_check_interval=0,
     )
     pubsub = cast(Any, client).pubsub(ignore_subscribe_messages=True)
     try:

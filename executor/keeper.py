@@ -40,6 +40,7 @@ from typing import Any
 import redis
 
 from wire import keys
+from wire.connect import sync_client
 from wire.settings import Settings
 
 __all__ = ["Keeper", "main"]
@@ -119,8 +120,12 @@ class Keeper:
 def main(argv: list[str] | None = None) -> int:
     """The keeper process: ``main()`` with ``sys.argv[1:]`` the worker's pid and the state file."""
     parent, state = (argv if argv is not None else sys.argv[1:])[:2]
-    client = redis.Redis.from_url(
-        Settings.from_env().redis_url, socket_timeout=2, socket_connect_timeout=2
+    settings = Settings.from_env()
+    client = sync_client(
+        settings.redis_url,
+        master=settings.sentinel_master,
+        socket_timeout=2,
+        socket_connect_timeout=2,
     )
     last_beat, moved_at = -1, time.monotonic()
     while os.getppid() == int(parent):

@@ -31,8 +31,10 @@ def running(tool: str) -> AbstractContextManager[None]:
     return metrics.observe_run(tool)
 
 
-def delivered(tool: str, outcome: CallOutcome, *, redis_url: str) -> None:
-    """An outcome of ``tool`` was delivered to its caller (``redis_url``: where a prefork
-    child flushes its counts)."""
+def delivered(
+    tool: str, outcome: CallOutcome, *, redis_url: str, sentinel_master: str | None = None
+) -> None:
+    """An outcome of ``tool`` was delivered to its caller (``redis_url``, and the group a
+    ``sentinel://`` one names: where a prefork child flushes its counts)."""
     metrics.record_outcome(tool, outcome)
-    stats.record(tool, outcome, redis_url=redis_url)
+    stats.record(tool, outcome, redis_url=redis_url, sentinel_master=sentinel_master)

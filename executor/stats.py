@@ -97,6 +97,7 @@ class _Counts:
         self.lock = threading.Lock()
         self.pending: dict[str, Counter[str]] = {}
         self.redis_url = ""
+        self.sentinel_master: str | None = None
         self.flusher: threading.Thread | None = None
 
     def take(self) -> dict[str, Counter[str]]:
@@ -123,19 +124,27 @@ def _kind(outcome: CallOutcome) -> str:
     return outcome.error.kind.value if outcome.error is not None else ErrorKind.EXECUTION.value
 
 
-def record(tool: str, outcome: CallOutcome, *, redis_url: str, now: float | None = None) -> None:
+def record(
+    tool: str,
+    outcome: CallOutcome,
+    *,
+    redis_url: str,
+    sentinel_master: str | None = None,
+    now: float | None = None,
+) -> None:
     """Count one delivered outcome of ``tool``; no I/O (a prefork child's thread flushes it).
 
     Args:
         tool: The tool called.
         outcome: What its caller was sent.
         redis_url: Where a prefork child flushes its counts (``settings.redis_url``).
+        sentinel_master: The group a ``sentinel://`` ``redis_url`` names.
         now: Epoch seconds on Redis' clock; :func:`wire.clock.shared_now` when omitted.
     """
     counts = _counts
     with counts.lock:
         _count(counts, f"{_kind(outcome)}:{tool}", shared_now() if now is None else now)
-        counts.redis_url = redis_url
+        counts.redis_url, counts.sentinel_master = redis_url, sentinel_master
         flusher = None
         if counts.flusher is None and in_pool_child():
             flusher = counts.flusher = threading.Thread(
@@ -187,11 +196,11 @@ def flush_into(pipe: Any) -> int:
 
 def flush_now() -> None:
     """Send this process's pending counts now (a prefork child that exits); never raises."""
-    url = _counts.redis_url
+    url, master = _counts.redis_url, _counts.sentinel_master
     if not url or not pending():
         return
     try:
-        pipe = redis_client_for_url(url).pipeline(transaction=False)
+        pipe = redis_client_for_url(url, master=master).pipeline(transaction=False)
         if flush_into(pipe):
             pipe.execute()
     except redis.RedisError:

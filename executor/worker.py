@@ -35,6 +35,7 @@ import redis
 from executor.keeper import Keeper
 from wire import keys
 from wire.clock import refresh_shared_clock, shared_now
+from wire.connect import sync_client
 from wire.formats import holder_tag, parse_holder_tag
 from wire.models import ToolSpec, WorkerInfo
 from wire.settings import Settings
@@ -100,24 +101,26 @@ def pid_alive(pid: int) -> bool:
 # -- its Redis client -----------------------------------------------------------------
 
 _lock = threading.Lock()
-_clients: dict[tuple[int, str], redis.Redis] = {}
+_clients: dict[tuple[int, str, str | None], redis.Redis] = {}
 
 
 def redis_client(settings: Settings) -> redis.Redis:
     """This process's Redis client for ``settings.redis_url`` (made again after a fork)."""
-    return redis_client_for_url(settings.redis_url)
+    return redis_client_for_url(settings.redis_url, master=settings.sentinel_master)
 
 
-def redis_client_for_url(url: str) -> redis.Redis:
-    """This process's Redis client for ``url`` (made again after a fork)."""
-    key = (os.getpid(), url)
+def redis_client_for_url(url: str, *, master: str | None = None) -> redis.Redis:
+    """This process's Redis client for ``url`` (made again after a fork); for a
+    ``sentinel://`` URL, of the master of the group ``master`` (:mod:`wire.connect`)."""
+    key = (os.getpid(), url, master)
     client = _clients.get(key)
     if client is None:
         with _lock:
             client = _clients.get(key)
             if client is None:
-                client = redis.Redis.from_url(
+                client = sync_client(
                     url,
+                    master=master,
                     socket_timeout=10,
                     socket_connect_timeout=5,
                     health_check_interval=30,

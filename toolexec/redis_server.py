@@ -15,6 +15,7 @@ import importlib.util
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
@@ -24,6 +25,7 @@ import redis
 
 from toolexec.errors import ServerBinaryNotFound
 from toolexec.process import POLL, _Process, free_port
+from wire.connect import sync_client
 
 __all__ = ["RedisServer", "TlsFiles", "find_redis_server"]
 
@@ -129,6 +131,8 @@ class RedisServer(_Process):
         appendonly: Persist every write to an append-only file in ``directory``
             (``--appendonly yes``), so that :meth:`restart` (or a kill and
             :meth:`start`) brings the data back.
+        extra_args: More of ``redis-server``'s options, after toolexec's own (a
+            replica's ``--replicaof``, :mod:`toolexec.redis_group`).
     """
 
     _log_name = "redis.log"
@@ -145,6 +149,7 @@ class RedisServer(_Process):
         username: str | None = None,
         password: str | None = None,
         appendonly: bool = False,
+        extra_args: Sequence[str] = (),
     ) -> None:
         super().__init__(directory)
         self.port = port if port is not None else free_port()
@@ -155,6 +160,7 @@ class RedisServer(_Process):
         self.username = username
         self.password = password
         self.appendonly = appendonly
+        self.extra_args = list(extra_args)
         #: The ``redis_version`` the running server reported at start (INFO server).
         self.version: str | None = None
 
@@ -224,7 +230,7 @@ class RedisServer(_Process):
             "--protected-mode",
             "no",
         ]
-        argv += ["--dir", str(self.directory), "--daemonize", "no"]
+        argv += ["--dir", str(self.directory), "--daemonize", "no", *self.extra_args]
         self._spawn(argv, env=None, cwd=self.directory)
         self._wait_for_ping()
         return self
@@ -232,7 +238,7 @@ class RedisServer(_Process):
     def _wait_for_ping(self) -> None:
         # INFO rather than PING: it names the process that answered.
         deadline = time.monotonic() + self.start_timeout
-        with redis.Redis.from_url(self.url, socket_connect_timeout=0.5) as client:
+        with sync_client(self.url, socket_connect_timeout=0.5) as client:
             while True:
                 assert self._proc is not None
                 if self._proc.poll() is not None:

@@ -23,12 +23,14 @@ from typing import Any
 
 import pydantic
 import redis
+from redis.connection import parse_url
 
 from executor.stats import read_counts
 from wire import keys
+from wire.connect import sync_client
 from wire.models import ToolSpec, WorkerInfo
 from wire.settings import Settings
-from wire.urls import is_redis_url
+from wire.urls import is_redis_url, is_sentinel_url
 
 __all__ = [
     "BrokerUnreachable",
@@ -210,7 +212,11 @@ def _matches(info: WorkerInfo, name: str) -> bool:
 
 
 def status_snapshot(
-    client: redis.Redis, *, worker: str | None = None, broker_url: str | None = None
+    client: redis.Redis,
+    *,
+    worker: str | None = None,
+    broker_url: str | None = None,
+    sentinel_master: str | None = None,
 ) -> dict[str, Any]:
     """Everything ``toolexec status`` shows, as JSON-ready data.
 
@@ -248,7 +254,7 @@ def status_snapshot(
     )
     broker_error = None
     try:
-        depths = _depths(client, queues, broker_url)
+        depths = _depths(client, queues, broker_url, sentinel_master)
     except BrokerUnreachable as exc:
         depths, broker_error = {}, str(exc)
     counts = read_counts(client, live.now)
@@ -278,13 +284,18 @@ def status_snapshot(
     }
 
 
-def _depths(client: redis.Redis, queues: list[str], broker_url: str | None) -> dict[str, int]:
+def _depths(
+    client: redis.Redis, queues: list[str], broker_url: str | None, sentinel_master: str | None
+) -> dict[str, int]:
     if broker_url is None or is_redis_url(broker_url) and _same_server(client, broker_url):
         return queue_depths(client, queues)
     if is_redis_url(broker_url):
         try:
-            with redis.Redis.from_url(
-                broker_url, socket_connect_timeout=2.0, socket_timeout=5.0
+            with sync_client(
+                broker_url,
+                master=sentinel_master,
+                socket_connect_timeout=2.0,
+                socket_timeout=5.0,
             ) as broker:
                 return queue_depths(broker, queues)
         except redis.RedisError as exc:
@@ -300,7 +311,9 @@ def _location(url: str) -> str:
 
 
 def _same_server(client: redis.Redis, url: str) -> bool:
+    if is_sentinel_url(url):
+        return False  # whichever server is the master now: asked through its Sentinels
     kwargs = client.connection_pool.connection_kwargs
-    other = redis.ConnectionPool.from_url(url).connection_kwargs
+    other: dict[str, object] = parse_url(url)  # type: ignore[no-untyped-call]
     fields = ("host", "port", "path", "db")
     return all(kwargs.get(field) == other.get(field) for field in fields)

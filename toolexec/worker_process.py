@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from toolexec.process import POLL, _Process
 from wire import keys
+from wire.connect import sync_client
 from wire.models import WorkerInfo
 from wire.settings import Settings
 
@@ -145,7 +146,9 @@ class WorkerProcess(_Process):
             ProcessStartFailed: The worker exited, or ``timeout`` seconds passed.
         """
         deadline = time.monotonic() + timeout
-        with redis.Redis.from_url(self.settings.redis_url, socket_connect_timeout=1) as client:
+        with sync_client(
+            self.settings.redis_url, master=self.settings.sentinel_master, socket_connect_timeout=1
+        ) as client:
             while True:
                 proc = self._proc
                 if proc is None or proc.poll() is not None:

@@ -10,14 +10,21 @@ import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from wire.connect import sentinel_group
 from wire.errors import ConfigurationError
 from wire.models import MAX_TIMEOUT
 from wire.signing import MAKE_KEY, MIN_KEY_CHARS
-from wire.urls import AMQP_SCHEMES, BROKER_SCHEMES, REDIS_SCHEMES, is_redis_url
+from wire.urls import (
+    AMQP_SCHEMES,
+    BROKER_SCHEMES,
+    REDIS_SCHEMES,
+    is_redis_url,
+    is_sentinel_url,
+    without_password,
+)
 
 __all__ = ["ENVIRONMENT_VARIABLES", "Settings", "set_environment_variable"]
 
@@ -30,18 +37,6 @@ def set_environment_variable(name: str, value: str) -> None:
     module stays the only one that touches the environment.
     """
     os.environ[name] = value
-
-
-def _without_password(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for reprs and messages)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.netloc.rpartition("@")[2]
-        return parts._replace(netloc=f"{parts.username or ''}:***@{host}").geturl()
-    except ValueError:
-        return "<a URL that does not parse>"
 
 
 def _default_data_dir() -> str:
@@ -94,6 +89,9 @@ class Settings(BaseModel):
             them (Celery's ``enable_events`` control command, which Flower broadcasts
             every 5 seconds), ``on`` sends them from the start (Celery's ``-E``),
             ``off`` never (the worker refuses ``enable_events``, and ``-E`` too).
+        sentinel_master: The name of the Redis group whose Sentinels a ``sentinel://``
+            broker or Redis URL names (:mod:`wire.connect`); required with such a URL,
+            refused without one.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -119,6 +117,7 @@ class Settings(BaseModel):
     signing_key: SecretStr | None = None
     worker_pool: Literal["prefork", "threads", "solo", "asyncio"] | None = None
     task_events: Literal["auto", "on", "off"] = "auto"
+    sentinel_master: str | None = Field(default=None, min_length=1)
 
     @field_validator("broker_url")
     @classmethod
@@ -134,7 +133,7 @@ class Settings(BaseModel):
     @classmethod
     def _redis_url_is_redis(cls, value: str) -> str:
         if value and not is_redis_url(value):
-            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+            raise ValueError("must be a redis://, rediss://, unix:// or sentinel:// URL")
         return value
 
     @field_validator("signing_key")
@@ -147,7 +146,7 @@ class Settings(BaseModel):
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
         # A Redis URL's password stays out of reprs (tracebacks, logs); SecretStr hides the key.
         for name, value in super().__repr_args__():
-            yield name, _without_password(value) if name in ("broker_url", "redis_url") else value
+            yield name, without_password(value) if name in ("broker_url", "redis_url") else value
 
     def model_post_init(self, context: Any, /) -> None:
         if not self.redis_url:
@@ -157,6 +156,21 @@ class Settings(BaseModel):
                     f"(broker is {self.broker_url.split('://')[0]}://...)"
                 )
             object.__setattr__(self, "redis_url", self.broker_url)
+        self._check_sentinels()
+
+    def _check_sentinels(self) -> None:
+        urls = {"TOOLEXEC_BROKER_URL": self.broker_url, "TOOLEXEC_REDIS_URL": self.redis_url}
+        named = [name for name, url in urls.items() if is_sentinel_url(url)]
+        if self.sentinel_master is not None and not named:
+            raise ValueError(
+                "TOOLEXEC_SENTINEL_MASTER is set, but neither TOOLEXEC_BROKER_URL nor "
+                "TOOLEXEC_REDIS_URL is a sentinel:// URL: name the Sentinels there, or unset it"
+            )
+        for name in named:
+            try:
+                sentinel_group(urls[name], self.sentinel_master)
+            except ValueError as exc:
+                raise ValueError(f"{name}: {exc}") from None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
@@ -195,7 +209,7 @@ class Settings(BaseModel):
                 name = ENVIRONMENT_VARIABLES.get(field, field)
                 given = error.get("input")
                 if field in ("broker_url", "redis_url") and isinstance(given, str):
-                    given = _without_password(given)
+                    given = without_password(given)
                 shown = "a secret" if field == "signing_key" else repr(given)
                 problems.append(
                     f"{name}: {str(error['msg']).removeprefix('Value error, ')} (got {shown})"
@@ -226,4 +240,5 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "signing_key": "TOOLEXEC_SIGNING_KEY",
     "worker_pool": "TOOLEXEC_WORKER_POOL",
     "task_events": "TOOLEXEC_TASK_EVENTS",
+    "sentinel_master": "TOOLEXEC_SENTINEL_MASTER",
 }

@@ -25,6 +25,7 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from wire.connect import async_pool, close_sentinels
 from wire.scripts import is_noscript, reloading
 
 #: One argument of a Redis command.
@@ -85,15 +86,18 @@ class Link:
     """One connection to one Redis server, used by one batch at a time.
 
     Args:
-        url: The server's URL.
+        url: The server's URL, or its Sentinels' (``wire.connect``): each connection
+            then asks them for the master as it connects.
+        master: The group a ``sentinel://`` URL names.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, master: str | None = None) -> None:
         tls: dict[str, Any] = (
             {"connection_class": _TLSConnection} if url.startswith("rediss://") else {}
         )
-        self._pool = redis.asyncio.ConnectionPool.from_url(
+        self._pool = async_pool(
             url,
+            master=master,
             socket_connect_timeout=None,
             socket_timeout=None,
             retry=Retry(NoBackoff(), 0),
@@ -232,8 +236,10 @@ class Link:
             await conn.disconnect(nowait=True)
 
     async def close(self) -> None:
-        """Close the connection; its socket is closed when this returns."""
+        """Close the connection (and any to its Sentinels); its socket is closed when this
+        returns."""
         await self._drop()
+        await close_sentinels(self._pool)
         if self._cut_short:
             # A TLS connect cut short just as its handshake completed is closed by asyncio
             # itself, out of reach (create_connection never returned its transport), and

@@ -118,10 +118,17 @@ class IOThread:
     Args:
         services: Coroutines started with the loop and run until it closes (the reply
             listener, the watchdog's ticks).
+        sentinel_master: The group a ``sentinel://`` URL names (``wire.connect``).
     """
 
-    def __init__(self, services: Sequence[Callable[[], Coroutine[Any, Any, None]]] = ()) -> None:
+    def __init__(
+        self,
+        services: Sequence[Callable[[], Coroutine[Any, Any, None]]] = (),
+        *,
+        sentinel_master: str | None = None,
+    ) -> None:
         self._services = list(services)
+        self._sentinel_master = sentinel_master
         self._lock = threading.Lock()
         self._current: _Run | None = None
         #: Every run whose loop is not closed yet, by loop (a stopping one ends on its own).
@@ -206,7 +213,7 @@ class IOThread:
         links = self._here().links
         link = links.get((url, role))
         if link is None:
-            link = links[(url, role)] = Link(url)
+            link = links[(url, role)] = Link(url, master=self._sentinel_master)
         return link
 
     def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:

@@ -37,6 +37,7 @@ from executor.seams.transport import (
     BROKER_URL_OPTION,
     MAX_ITEM_OPTION,
     REDIS_URL_OPTION,
+    SENTINEL_MASTER_OPTION,
     in_hand,
 )
 from executor.tracing import apply_log_format, use_log_format
@@ -45,7 +46,7 @@ from wire import keys
 from wire.errors import ConfigurationError
 from wire.message import CELERY_LIMIT_MARGIN
 from wire.settings import Settings
-from wire.urls import is_amqp_url
+from wire.urls import is_amqp_url, is_sentinel_url
 
 __all__ = ["create_app", "get_app", "import_tool_modules"]
 
@@ -100,6 +101,13 @@ def create_app(settings: Settings | None = None) -> Celery:
             # item read from a queue (a call's arguments, base64-encoded, with room).
             REDIS_URL_OPTION: settings.redis_url,
             BROKER_URL_OPTION: settings.broker_url,
+            SENTINEL_MASTER_OPTION: settings.sentinel_master,
+            # kombu's Sentinel channel: the group whose master is the broker.
+            **(
+                {"master_name": settings.sentinel_master}
+                if is_sentinel_url(settings.broker_url)
+                else {}
+            ),
             MAX_ITEM_OPTION: 2 * settings.max_argument_bytes + 65_536,
             # Calls carry no priority (the client pushes every message onto the queue's own
             # list): one BRPOP key per queue instead of kombu's four priority lists.
@@ -141,8 +149,11 @@ def create_app(settings: Settings | None = None) -> Celery:
 
 
 def _guarded_transport(broker_url: str) -> str | None:
-    """toolexec's Redis transport for a ``redis://`` or ``rediss://`` broker, else the URL's."""
+    """toolexec's Redis transport for a ``redis://`` or ``rediss://`` broker, its Sentinel
+    transport for a ``sentinel://`` one, else the URL's."""
     scheme = broker_url.partition("://")[0].lower()
+    if scheme == "sentinel":
+        return "executor.seams.transport:SentinelTransport"
     return "executor.seams.transport:Transport" if scheme in ("redis", "rediss") else None
 
 

@@ -18,10 +18,15 @@ stops the worker. This consumer, selected through Celery's ``worker_consumer`` s
 
 The task's request (:mod:`executor.seams.request`) turns a malformed toolexec call into
 Celery's ``InvalidTaskError``, which arrives here through ``on_invalid_task``.
+
+It also connects again sooner after losing its broker (:meth:`Consumer.ensure_connected`):
+kombu's pauses between attempts, 2 s growing to 30 s, kept a worker away for seconds after
+its Redis was back, or after Sentinel had promoted a new master.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -38,9 +43,32 @@ __all__ = ["Consumer"]
 
 logger = logging.getLogger(__name__)
 
+#: Seconds between the consumer's attempts to connect to its broker again: the first
+#: pause, how much each next one grows, the longest (kombu's: 2, 2 and 30). A failover
+#: or a restart of Redis takes seconds; each attempt is one connection, refused at once
+#: while the server is away.
+RECONNECT_FIRST = 0.25
+RECONNECT_STEP = 0.25
+RECONNECT_MAX = 2.0
+
 
 class Consumer(CeleryConsumer):  # type: ignore[misc]
     """Celery's consumer that refuses a message it cannot run instead of dying on it."""
+
+    def ensure_connected(self, conn: Any) -> Any:
+        """Celery's, with toolexec's pauses between attempts (:data:`RECONNECT_FIRST`,
+        :data:`RECONNECT_STEP`, :data:`RECONNECT_MAX`) instead of kombu's defaults, which
+        Celery's consumer does not set."""
+        conn.ensure_connection = functools.partial(
+            conn.ensure_connection,
+            interval_start=RECONNECT_FIRST,
+            interval_step=RECONNECT_STEP,
+            interval_max=RECONNECT_MAX,
+        )
+        try:
+            return super().ensure_connected(conn)
+        finally:
+            del conn.ensure_connection  # the connection's own method again
 
     def create_task_handler(self, *args: Any, **kwargs: Any) -> Callable[[Any], None]:
         """Celery's task handler, refusing what it would raise on."""

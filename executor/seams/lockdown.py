@@ -36,13 +36,13 @@ from urllib.parse import parse_qs, urlsplit
 import redis
 from billiard.exceptions import Terminated, TimeLimitExceeded, WorkerLostError
 from celery import bootsteps
-from kombu.utils.url import maybe_sanitize_url
 
+from wire.connect import sync_client
 from wire.errors import ConfigurationError
 from wire.models import TASK_AT_LEAST_ONCE, TASK_AT_MOST_ONCE
 from wire.redis_errors import explain, is_misconfiguration, tls_refusal
 from wire.settings import Settings
-from wire.urls import is_redis_url, is_tls_redis_url
+from wire.urls import is_redis_url, is_tls_redis_url, without_password
 
 __all__ = [
     # The bootstep
@@ -124,7 +124,13 @@ def restrict_tasks(app: Any) -> list[str]:
     return removed
 
 
-def check_connections(urls: Mapping[str, Any], *, timeout: float = 5.0, attempts: int = 3) -> None:
+def check_connections(
+    urls: Mapping[str, Any],
+    *,
+    timeout: float = 5.0,
+    attempts: int = 3,
+    sentinel_master: str | None = None,
+) -> None:
     """Connect to each Redis URL; raise if it refuses the credentials or certificates.
 
     A refusal counts once it repeats ``attempts`` times, 0.2 s apart: a server closing
@@ -132,6 +138,7 @@ def check_connections(urls: Mapping[str, Any], *, timeout: float = 5.0, attempts
 
     Args:
         urls: Setting name -> URL (other schemes are skipped).
+        sentinel_master: The group a ``sentinel://`` URL names (its master is checked).
         timeout: Seconds for each connection and its PING.
         attempts: Connections tried before a refusal stops the worker.
 
@@ -144,11 +151,14 @@ def check_connections(urls: Mapping[str, Any], *, timeout: float = 5.0, attempts
     for variable, url in urls.items():
         if not is_redis_url(url):
             continue
-        shown = maybe_sanitize_url(url)
+        shown = without_password(url)
         for attempt in range(1, attempts + 1):
             try:
-                with redis.Redis.from_url(
-                    url, socket_connect_timeout=timeout, socket_timeout=timeout
+                with sync_client(
+                    url,
+                    master=sentinel_master,
+                    socket_connect_timeout=timeout,
+                    socket_timeout=timeout,
                 ) as client:
                     client.ping()
                     check_eviction(client, variable=variable, shown=shown)
@@ -341,4 +351,6 @@ class Lockdown(bootsteps.Step):  # type: ignore[misc]
         urls = {"TOOLEXEC_BROKER_URL": app.conf.broker_url}
         if settings is not None and settings.redis_url != app.conf.broker_url:
             urls["TOOLEXEC_REDIS_URL"] = settings.redis_url
-        check_connections(urls)
+        check_connections(
+            urls, sentinel_master=settings.sentinel_master if settings is not None else None
+        )

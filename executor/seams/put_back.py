@@ -347,7 +347,7 @@ class PutBacks:
             # The broker holds the records too: one step (with no call id, none to read).
             PUT_BACK.run(broker, [queue, marker, record or marker, fence or marker], args)
             return
-        store = redis_client_for_url(store_url)
+        store = redis_client_for_url(store_url, master=self._sentinel_master())
         if store.get(fence) == FENCED.encode():
             return  # given up: the copy would never start
         PUT_BACK.run(broker, [queue, marker, record, fence], args)  # neither key is on the broker
@@ -356,6 +356,9 @@ class PutBacks:
 
     def _broker_url(self) -> str | None:
         return getattr(self._channel, "toolexec_broker_url", None)
+
+    def _sentinel_master(self) -> str | None:
+        return getattr(self._channel, "toolexec_sentinel_master", None)
 
     @contextmanager
     def _broker(self) -> Iterator[redis.Redis]:
@@ -366,7 +369,7 @@ class PutBacks:
             with self._channel.conn_or_acquire() as client:
                 yield client
         else:
-            yield redis_client_for_url(url)
+            yield redis_client_for_url(url, master=self._sentinel_master())
 
     def _while_broker_away(self, attempt: Callable[[], None]) -> None:
         """Run ``attempt``, again after each connection error for :data:`RESTORE_PATIENCE`

@@ -92,6 +92,8 @@ __all__ = [
     "BROKER_URL_OPTION",
     "MAX_ITEM_OPTION",
     "REDIS_URL_OPTION",
+    "SENTINEL_MASTER_OPTION",
+    "SentinelTransport",
     "Channel",
     "Message",
     "RefusedItem",
@@ -102,6 +104,8 @@ __all__ = [
 
 #: Transport option: the Redis that holds toolexec's keys (the dead-letter list).
 REDIS_URL_OPTION = "toolexec_redis_url"
+#: The transport option naming the group of a ``sentinel://`` URL (``wire.connect``).
+SENTINEL_MASTER_OPTION = "toolexec_sentinel_master"
 #: Transport option: the largest item, in bytes, a worker reads from a queue.
 MAX_ITEM_OPTION = "toolexec_max_item_bytes"
 #: Transport option: the broker's URL, for putting messages back after the channel's
@@ -218,6 +222,7 @@ class Channel(kombu_redis.Channel):
         REDIS_URL_OPTION,
         MAX_ITEM_OPTION,
         BROKER_URL_OPTION,
+        SENTINEL_MASTER_OPTION,
     )
 
     #: The Redis of toolexec's records (the dead-letter list, fences, holder records).
@@ -226,6 +231,8 @@ class Channel(kombu_redis.Channel):
     #: The broker's URL, for putting messages back after the channel's own connection
     #: is gone.
     toolexec_broker_url: str | None = None
+    #: The group a ``sentinel://`` URL of either names (``TOOLEXEC_SENTINEL_MASTER``).
+    toolexec_sentinel_master: str | None = None
     _toolexec_delivering: tuple[str, bytes] | None = None
     #: False once the server refused ``BLMPOP``: read with ``BRPOP`` from then on.
     _toolexec_blmpop = True
@@ -389,7 +396,7 @@ class Channel(kombu_redis.Channel):
     def _refuse(self, reason: Refusal, queue: str, item: bytes, detail: str) -> None:
         if self.toolexec_redis_url:
             dead_letter(
-                redis_client_for_url(self.toolexec_redis_url),
+                redis_client_for_url(self.toolexec_redis_url, master=self.toolexec_sentinel_master),
                 reason,
                 queue=queue,
                 payload=item,
@@ -459,3 +466,27 @@ class Transport(kombu_redis.Transport):
         *kombu_redis.Transport.connection_errors,
         redis.exceptions.OutOfMemoryError,
     )
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """:class:`Channel` on kombu's Sentinel channel: the same guarded, batched reads and
+    put-backs, on connections kombu's Sentinel pool makes to the group's master (it asks
+    the Sentinels again as each connection is made, so a failover is a broken connection
+    that Celery's consumer makes again)."""
+
+    from_transport_options = (  # type: ignore[assignment]  # kombu types its own tuple's length
+        *Channel.from_transport_options,
+        *(
+            option
+            for option in kombu_redis.SentinelChannel.from_transport_options
+            if option not in Channel.from_transport_options
+        ),
+    )
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    """kombu's Sentinel transport with :class:`SentinelChannel` (a ``sentinel://`` broker),
+    and a Redis out of memory a connection error, as for :class:`Transport`."""
+
+    Channel = SentinelChannel
+    connection_errors = Transport.connection_errors

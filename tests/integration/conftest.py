@@ -22,6 +22,7 @@ import redis
 from agent_client import ToolClient, configure
 from toolexec import Pool, RedisServer, WorkerProcess
 from wire import keys
+from wire.connect import sync_client
 from wire.settings import Settings
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -140,8 +141,11 @@ def stop_quickly(worker: WorkerProcess) -> None:
         return
     with (
         contextlib.suppress(redis.RedisError),
-        redis.Redis.from_url(
-            worker.settings.redis_url, socket_connect_timeout=1, socket_timeout=2
+        sync_client(
+            worker.settings.redis_url,
+            master=worker.settings.sentinel_master,
+            socket_connect_timeout=1,
+            socket_timeout=2,
         ) as client,
     ):
         pipe = client.pipeline(transaction=False)

@@ -24,6 +24,7 @@ from rich.live import Live
 
 from toolexec.commands.exits import CommandFailed, ExitCode, one_line
 from toolexec.commands.render import status_view, tools_view
+from wire.connect import sync_client
 from wire.settings import Settings
 
 __all__ = ["list_tools", "show_status"]
@@ -72,7 +73,12 @@ def show_status(
 
     with _redis(settings) as client:
         if not watch:
-            snapshot = status_snapshot(client, worker=only, broker_url=settings.broker_url)
+            snapshot = status_snapshot(
+                client,
+                worker=only,
+                broker_url=settings.broker_url,
+                sentinel_master=settings.sentinel_master,
+            )
             _show(snapshot, as_json=as_json)
             if only is not None:
                 if not snapshot["workers"]:
@@ -88,7 +94,12 @@ def show_status(
                         time.sleep(interval)
                     _show(_snapshot_or_error(client, only, settings), as_json=True)
                 return
-            first = status_snapshot(client, worker=only, broker_url=settings.broker_url)
+            first = status_snapshot(
+                client,
+                worker=only,
+                broker_url=settings.broker_url,
+                sentinel_master=settings.sentinel_master,
+            )
             with Live(status_view(first), auto_refresh=False) as live:
                 for _ in itertools.islice(snapshots, 1, None):
                     time.sleep(interval)
@@ -103,7 +114,12 @@ def _snapshot_or_error(client: redis.Redis, only: str | None, settings: Settings
     from toolexec.status import status_snapshot
 
     try:
-        return status_snapshot(client, worker=only, broker_url=settings.broker_url)
+        return status_snapshot(
+            client,
+            worker=only,
+            broker_url=settings.broker_url,
+            sentinel_master=settings.sentinel_master,
+        )
     except redis.RedisError as exc:
         print(f"toolexec: Redis is unreachable: {one_line(str(exc))}", file=sys.stderr, flush=True)
         return {"time": time.time(), "error": str(exc)}
@@ -118,8 +134,11 @@ def _show(snapshot: dict[str, Any], *, as_json: bool) -> None:
 
 @contextmanager
 def _redis(settings: Settings) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(
-        settings.redis_url, socket_connect_timeout=2.0, socket_timeout=5.0
+    client = sync_client(
+        settings.redis_url,
+        master=settings.sentinel_master,
+        socket_connect_timeout=2.0,
+        socket_timeout=5.0,
     )
     try:
         yield client

@@ -19,6 +19,7 @@ from toolexec.doctor.check import Check
 from toolexec.doctor.durability import eviction, persistence, ttls, visibility_timeout
 from toolexec.doctor.fleet import catalog_specs, same_tools_per_queue
 from toolexec.doctor.security import json_only, signing, transport_security
+from wire.connect import sync_client
 from wire.errors import ConfigurationError
 from wire.models import ToolSpec
 from wire.settings import Settings
@@ -48,8 +49,11 @@ def run_checks(
         sample: At most this many ``toolexec:*`` keys are looked at for a TTL.
     """
     own_client = client is None
-    redis_client = client or redis.Redis.from_url(
-        settings.redis_url, socket_connect_timeout=3, socket_timeout=5
+    redis_client = client or sync_client(
+        settings.redis_url,
+        master=settings.sentinel_master,
+        socket_connect_timeout=3,
+        socket_timeout=5,
     )
     try:
         celery_check, specs = json_only(settings, app, local_specs)

@@ -1,0 +1,191 @@
+"""Redis that fails over: workers and clients on a group managed by Sentinels.
+
+Each test starts a group of its own (``toolexec.redis_group.RedisSentinels``: a master, a
+replica and three ``redis-server --sentinel`` processes, on free ports), names it in both
+roles (``TOOLEXEC_BROKER_URL`` and ``TOOLEXEC_REDIS_URL`` are its ``sentinel://`` URL, with
+``TOOLEXEC_SENTINEL_MASTER``), and runs real workers and a real client on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import itertools
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+import redis
+
+from agent_client import RemoteToolError, ToolClient, remote_tool, run_scope
+from toolexec import Pool
+from toolexec.redis_group import RedisSentinels
+from wire import keys
+from wire.settings import Settings
+
+if TYPE_CHECKING:
+    from .conftest import WorkerFactory
+
+pytestmark = pytest.mark.integration
+
+TOOLS = "tests.integration.failover_tools"
+#: Each call's deadline in the failover test, and how late past it a caller may hear.
+TIMEOUT = 5.0
+SLACK = 0.5
+#: Calls started per second, for how long, and when the master is killed.
+RATE = 60
+SECONDS = 20.0
+KILL_AT = 5.0
+
+
+def group_env(group: RedisSentinels, data: Path) -> dict[str, str]:
+    """Settings naming ``group`` in both roles."""
+    return {
+        "TOOLEXEC_BROKER_URL": group.url,
+        "TOOLEXEC_REDIS_URL": group.url,
+        "TOOLEXEC_SENTINEL_MASTER": group.master_name,
+        "TOOLEXEC_TOOL_MODULES": TOOLS,
+        "TOOLEXEC_DATA_DIR": str(data),
+    }
+
+
+def runs(data: Path) -> collections.Counter[str]:
+    """How many times each ``<tool> <key>`` ran (``failover_tools.RUNS``)."""
+    path = data / "runs.log"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return collections.Counter(lines)
+
+
+@pytest.mark.parametrize("pool", ["prefork", "asyncio"])
+def test_workers_and_clients_reach_the_master_through_its_sentinels_in_both_roles(
+    pool: Pool, tmp_path: Path, worker_factory: WorkerFactory
+) -> None:
+    with RedisSentinels(tmp_path / "group") as group:
+        env = group_env(group, tmp_path / "data")
+        worker_factory(pool=pool, concurrency=2, env=env)
+        client = ToolClient(Settings.from_env(env))
+        try:
+            echo = remote_tool("failover_echo", timeout=10, client=client)
+            book = remote_tool("failover_book", timeout=10, client=client)
+
+            assert [echo(key=f"e{i}") for i in range(5)] == [f"e{i}" for i in range(5)]
+            with run_scope():
+                assert book(key="k1") == "k1"
+                assert book(key="k1") == "k1"  # a repeat: the stored outcome, not a second run
+        finally:
+            client.close()
+        assert group.master_port() == group.master.port
+        with redis.Redis.from_url(group.master.url) as store:
+            assert store.scard(keys.WORKERS) == 1  # the catalog is on the master
+    assert runs(tmp_path / "data")["failover_book k1"] == 1
+    assert sum(n for line, n in runs(tmp_path / "data").items() if "echo" in line) == 5
+
+
+@dataclass(frozen=True)
+class Ended:
+    """One call of the load: what it was, when it started and ended, how."""
+
+    tool: str
+    key: str
+    started: float
+    ended: float
+    outcome: str  # "ok", or the error's class name
+
+
+def test_a_failover_under_load_ends_every_call_typed_within_its_deadline_and_calls_after_it_succeed(
+    tmp_path: Path, worker_factory: WorkerFactory
+) -> None:
+    data = tmp_path / "data"
+    with RedisSentinels(tmp_path / "group") as group:
+        env = group_env(group, data)
+        worker_factory(pool="prefork", concurrency=4, env=env)
+        client = ToolClient(Settings.from_env(env))
+        try:
+            echo = remote_tool("failover_echo", timeout=TIMEOUT, client=client)
+            book = remote_tool("failover_book", timeout=TIMEOUT, client=client)
+            assert echo(key="warm") == "warm" and book(key="warm") == "warm"
+            ended, killed_at, known_at = asyncio.run(_load(group, echo, book))
+        finally:
+            client.close()
+
+    by_kind = collections.Counter(call.outcome for call in ended)
+    ran = runs(data)
+    twice = sorted(k for k, n in ran.items() if k.startswith("failover_book ") and n > 1)
+    oks = sorted(call.ended for call in ended if call.outcome == "ok")
+    gap = max(b - a for a, b in itertools.pairwise(oks))
+    after = [call for call in ended if call.started >= known_at]
+    failed = [call.started for call in ended if call.outcome != "ok"]
+    report = (
+        f"{len(ended)} calls, outcomes {dict(by_kind)}; master killed at {killed_at:.2f} s, new "
+        f"master known {known_at - killed_at:.2f} s later; longest gap between successes "
+        f"{gap:.2f} s; {len(after)} calls sent after it, "
+        f"{sum(c.outcome == 'ok' for c in after)} succeeded; idempotent calls run twice: "
+        f"{len(twice)}; "
+        + (
+            f"the calls that failed were sent from {min(failed):.2f} s to {max(failed):.2f} s"
+            if failed
+            else "none failed"
+        )
+    )
+    print(report)
+
+    assert len(ended) >= RATE * SECONDS * 0.9, report  # the load was at least ~50 calls/s
+    typed = {kind for kind in by_kind if kind != "ok"}
+    assert all(kind.endswith(_TYPED) for kind in typed), report
+    late = [c for c in ended if c.ended - c.started > TIMEOUT + SLACK]
+    assert not late, f"{len(late)} calls ended past their deadline + {SLACK} s; {report}"
+    assert sum(c.outcome == "ok" for c in after) >= 0.99 * len(after), report
+    assert len(after) >= RATE * 5, report
+
+
+#: What a caller may hear of a call the failover touched (each a ``RemoteToolError``).
+_TYPED = ("BrokerUnavailable", "ToolOutcomeUnknown", "ToolTimeoutError", "WorkerLost")
+
+
+async def _load(group: RedisSentinels, echo: Any, book: Any) -> tuple[list[Ended], float, float]:
+    """Calls at :data:`RATE` for :data:`SECONDS`; the master SIGKILLed at :data:`KILL_AT`.
+    Returns each call, when the master was killed and when its successor was known
+    (seconds from the start)."""
+    loop = asyncio.get_running_loop()
+    start = time.monotonic()
+    ended: list[Ended] = []
+    moments: dict[str, float] = {}
+
+    def kill_and_wait() -> None:
+        old = group.master_port()
+        assert old is not None
+        group.server_on(old).kill()
+        moments["killed"] = time.monotonic() - start
+        group.wait_for_failover(old, timeout=30)
+        moments["known"] = time.monotonic() - start
+
+    async def one(tool: Any, name: str, key: str) -> None:
+        began = time.monotonic() - start
+        try:
+            await tool.invoke({"key": key})
+            outcome = "ok"
+        except RemoteToolError as exc:
+            outcome = type(exc).__name__
+        except Exception as exc:  # noqa: BLE001 - an untyped failure is what the test counts
+            outcome = f"untyped {type(exc).__name__}"
+        ended.append(Ended(name, key, began, time.monotonic() - start, outcome))
+
+    with concurrent.futures.ThreadPoolExecutor(1) as killer:
+        killing: asyncio.Future[None] | None = None
+        calls = []
+        for i in range(int(RATE * SECONDS)):
+            at = start + i / RATE
+            await asyncio.sleep(max(0.0, at - time.monotonic()))
+            if killing is None and time.monotonic() - start >= KILL_AT:
+                killing = loop.run_in_executor(killer, kill_and_wait)
+            key = uuid.uuid4().hex
+            tool, name = (book, "failover_book") if i % 2 else (echo, "failover_echo")
+            calls.append(asyncio.ensure_future(one(tool, name, key)))
+        await asyncio.gather(*calls)
+        assert killing is not None
+        await killing
+    return ended, moments["killed"], moments["known"]

@@ -1,0 +1,185 @@
+"""How a Redis URL becomes a client, for every side: a server's own URL, or Sentinel's.
+
+``TOOLEXEC_BROKER_URL`` and ``TOOLEXEC_REDIS_URL`` each name a Redis server (``redis://``,
+``rediss://``, ``unix://``) or the Sentinels that know which server is the master of a
+group, in kombu's form, one ``sentinel://`` URL per Sentinel joined by ``;``::
+
+    sentinel://:secret@h1:26379;sentinel://h2:26379;sentinel://h3:26379/0
+
+with the group's name in ``TOOLEXEC_SENTINEL_MASTER``. As with kombu (whose Sentinel
+transport a worker's broker runs on), the first URL's user, password and database are
+the master's; the Sentinels are asked without a password. A client made here asks the
+Sentinels for the master when it connects, and again after its connection breaks or
+the server it reached says it is no longer the master: a failover is an outage like any
+other, and whoever holds the client connects again to the new master unattended.
+
+Every Redis client of the project is made by :func:`sync_client` or :func:`async_pool`
+(a test parses the tree for any other ``from_url``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis
+import redis.asyncio
+import redis.asyncio.sentinel
+import redis.sentinel
+
+from wire.urls import SENTINEL_SCHEME, is_sentinel_url
+
+__all__ = ["SentinelGroup", "async_pool", "close_sentinels", "sentinel_group", "sync_client"]
+
+#: The port of a Sentinel whose URL names none (Redis's own default for Sentinels).
+SENTINEL_PORT = 26379
+
+
+@dataclass(frozen=True, kw_only=True)
+class SentinelGroup:
+    """A Redis group managed by Sentinels, as a ``sentinel://`` URL and its master's name.
+
+    Attributes:
+        sentinels: Each Sentinel's host and port, in the URL's order.
+        master: The group's name (``TOOLEXEC_SENTINEL_MASTER``).
+        db: The master's database number.
+        username: The master's user name, if any.
+        password: The master's password, if any.
+    """
+
+    sentinels: tuple[tuple[str, int], ...]
+    master: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+
+    def connection_options(self) -> dict[str, Any]:
+        """The master's connection options: its database and credentials."""
+        options: dict[str, Any] = {"db": self.db}
+        if self.username:
+            options["username"] = self.username
+        if self.password:
+            options["password"] = self.password
+        return options
+
+
+def sentinel_group(url: str, master: str | None) -> SentinelGroup | None:
+    """The group a ``sentinel://`` URL names, or None for a server's own URL.
+
+    Raises:
+        ValueError: The URL names no Sentinel, one of its parts is malformed, or
+            ``master`` is missing.
+    """
+    if not is_sentinel_url(url):
+        return None
+    if not master:
+        raise ValueError(
+            "a sentinel:// URL needs the name of its master group (TOOLEXEC_SENTINEL_MASTER)"
+        )
+    sentinels: list[tuple[str, int]] = []
+    db, username, password = 0, None, None
+    for i, part in enumerate(p.strip() for p in url.split(";")):
+        if not part:
+            continue
+        if not part.startswith(SENTINEL_SCHEME):
+            raise ValueError(
+                f"each part of a Sentinel URL must start with {SENTINEL_SCHEME} (part {i + 1})"
+            )
+        parts = urlsplit(part)
+        try:
+            port = parts.port or SENTINEL_PORT
+        except ValueError:
+            raise ValueError(f"part {i + 1} of the Sentinel URL has a port that is not a number")
+        if not parts.hostname:
+            raise ValueError(f"part {i + 1} of the Sentinel URL names no host")
+        sentinels.append((parts.hostname, port))
+        if i == 0:
+            username = unquote(parts.username) if parts.username else None
+            password = unquote(parts.password) if parts.password else None
+            path = parts.path.strip("/")
+            if path:
+                if not path.isdigit():
+                    raise ValueError(f"the Sentinel URL's database must be a number, not {path!r}")
+                db = int(path)
+    return SentinelGroup(
+        sentinels=tuple(sentinels), master=master, db=db, username=username, password=password
+    )
+
+
+def sync_client(url: str, *, master: str | None = None, **options: Any) -> redis.Redis:
+    """A blocking client of the Redis ``url`` names (its master, for a ``sentinel://`` URL).
+
+    Args:
+        url: A server's URL, or a ``sentinel://`` URL.
+        master: The group's name, for a ``sentinel://`` URL.
+        **options: redis-py's connection options (timeouts, health checks, ...); the
+            Sentinels are asked with the same socket timeouts.
+    """
+    group = sentinel_group(url, master)
+    if group is None:
+        return redis.Redis.from_url(url, **options)
+    sentinels = redis.sentinel.Sentinel(
+        list(group.sentinels),
+        sentinel_kwargs=_socket_options(options),
+        **group.connection_options(),
+        **options,
+    )
+    client: redis.Redis = sentinels.master_for(group.master, redis_class=_SentinelManaged)
+    return client
+
+
+class _SentinelManaged(redis.Redis):
+    """A client of a group's master that closes its connections to the Sentinels too."""
+
+    def close(self) -> None:
+        super().close()
+        manager = getattr(self.connection_pool, "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            sentinel.close()
+
+
+def async_pool(
+    url: str, *, master: str | None = None, **options: Any
+) -> redis.asyncio.ConnectionPool:
+    """An asyncio connection pool of the Redis ``url`` names; for a ``sentinel://`` URL,
+    a pool whose connections ask the Sentinels for the master as each one connects.
+
+    Args:
+        url: A server's URL, or a ``sentinel://`` URL.
+        master: The group's name, for a ``sentinel://`` URL.
+        **options: redis-py's connection options.
+    """
+    group = sentinel_group(url, master)
+    if group is None:
+        return redis.asyncio.ConnectionPool.from_url(url, **options)
+    sentinels = redis.asyncio.sentinel.Sentinel(
+        list(group.sentinels),
+        sentinel_kwargs=_socket_options(options),
+        **group.connection_options(),
+        **options,
+    )
+    pool: redis.asyncio.ConnectionPool = sentinels.master_for(group.master).connection_pool
+    return pool
+
+
+#: Seconds a Sentinel may take to connect or answer when the caller sets no bound: one
+#: that is down or frozen must not hold up the look at the next.
+SENTINEL_TIMEOUT = 1.0
+
+
+async def close_sentinels(pool: redis.asyncio.ConnectionPool) -> None:
+    """Close the connections :func:`async_pool`'s pool made to the Sentinels (none for a
+    server's own URL); the pool's own connections are its holder's to close."""
+    manager = getattr(pool, "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        await sentinel.aclose()
+
+
+def _socket_options(options: dict[str, Any]) -> dict[str, Any]:
+    # How long a Sentinel may take to answer: as long as the master may, and bounded.
+    bounded = {"socket_timeout": SENTINEL_TIMEOUT, "socket_connect_timeout": SENTINEL_TIMEOUT}
+    for name in bounded:
+        if options.get(name) is not None:
+            bounded[name] = options[name]
+    return bounded
