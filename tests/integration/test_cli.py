@@ -445,7 +445,9 @@ def test_a_call_that_may_have_reached_redis_without_a_reply_exits_7(
 
 
 #: What a broker URL toolexec cannot carry calls over gets, from every command.
-_NOT_A_BROKER = "TOOLEXEC_BROKER_URL: must be a Redis (redis://, rediss://, unix://) or RabbitMQ"
+_NOT_A_BROKER = (
+    "TOOLEXEC_BROKER_URL: must be a Redis (redis://, rediss://, unix://, sentinel://) or RabbitMQ"
+)
 
 
 @pytest.mark.parametrize(

@@ -35,6 +35,7 @@ CHECKS = [
     "eviction",
     "signing",
     "same-tools-per-queue",
+    "sentinels",
 ]
 
 

@@ -23,9 +23,12 @@ import redis
 
 from agent_client import RemoteToolError, ToolClient, remote_tool, run_scope
 from toolexec import Pool
+from toolexec.doctor.sentinels import sentinels
 from toolexec.redis_group import RedisSentinels
 from wire import keys
 from wire.settings import Settings
+
+from .polling import wait_until
 
 if TYPE_CHECKING:
     from .conftest import WorkerFactory
@@ -189,3 +192,34 @@ async def _load(group: RedisSentinels, echo: Any, book: Any) -> tuple[list[Ended
         assert killing is not None
         await killing
     return ended, moments["killed"], moments["known"]
+
+
+def test_the_doctor_sees_the_group_whole_then_names_a_replica_gone_and_a_sentinel_gone(
+    tmp_path: Path,
+) -> None:
+    with RedisSentinels(tmp_path / "group") as group:
+        settings = Settings.from_env(group_env(group, tmp_path / "data"))
+
+        healthy = sentinels(settings)
+        assert healthy.ok, healthy.message
+        assert (
+            f"TOOLEXEC_BROKER_URL and TOOLEXEC_REDIS_URL: 3 of 3 Sentinels answer (quorum 2); "
+            f"3 name the master 127.0.0.1:{group.master.port} of 'toolexec'; 1 replica(s) up"
+        ) == healthy.message
+
+        group.replica.kill()
+        assert wait_until(lambda: not sentinels(settings).ok, timeout=15)
+        no_replica = sentinels(settings)
+        assert "no replica of" in no_replica.message and no_replica.fix
+
+        gone = group.sentinels[2]
+        gone.kill()
+        without_one = sentinels(settings)
+        assert f"the Sentinel at 127.0.0.1:{gone.port} does not answer" in without_one.message
+        assert "2 of 3 Sentinels" not in without_one.message  # a failed check says what is wrong
+
+
+def test_the_doctor_passes_without_a_sentinel_url_saying_each_role_is_one_server() -> None:
+    check = sentinels(Settings.from_env({"TOOLEXEC_BROKER_URL": "redis://127.0.0.1:1/0"}))
+
+    assert check.ok and "each role is one Redis server" in check.message

@@ -45,7 +45,10 @@ def cannot_read(name: str, what: str, why: str) -> Check:
 
 
 def shown(url: str) -> str:
-    """``url`` as a finding shows it: without its password and its query."""
+    """``url`` as a finding shows it: without its password and its query (each part of a
+    ``sentinel://`` URL alike)."""
+    if ";" in url:
+        return ";".join(shown(part) for part in url.split(";"))
     parts = urlsplit(url)
     if parts.password is None:
         return url.split("?", 1)[0]

@@ -19,6 +19,7 @@ from toolexec.doctor.check import Check
 from toolexec.doctor.durability import eviction, persistence, ttls, visibility_timeout
 from toolexec.doctor.fleet import catalog_specs, same_tools_per_queue
 from toolexec.doctor.security import json_only, signing, transport_security
+from toolexec.doctor.sentinels import sentinels
 from wire.connect import sync_client
 from wire.errors import ConfigurationError
 from wire.models import ToolSpec
@@ -68,6 +69,7 @@ def run_checks(
             eviction(settings, redis_client),
             signing(settings),
             same_tools_per_queue(redis_client),
+            sentinels(settings),
         ]
     finally:
         if own_client:
