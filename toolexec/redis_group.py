@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from typing import Self
+from urllib.parse import quote
 
 import redis
 
@@ -36,6 +37,7 @@ class SentinelServer(_Process):
         binary: The server executable.
         down_after: Seconds without an answer after which it takes the master for down.
         failover_timeout: Sentinel's ``failover-timeout``, in seconds.
+        auth_pass: The password of the group's servers (Sentinel's ``auth-pass``), if any.
     """
 
     _log_name = "sentinel.log"
@@ -49,6 +51,7 @@ class SentinelServer(_Process):
         binary: str | None = None,
         down_after: float = 1.0,
         failover_timeout: float = 5.0,
+        auth_pass: str | None = None,
     ) -> None:
         super().__init__(directory)
         self.port = free_port()
@@ -57,6 +60,7 @@ class SentinelServer(_Process):
         self.monitors = master_port  # the master's port when it started
         self.down_after = down_after
         self.failover_timeout = failover_timeout
+        self.auth_pass = auth_pass
 
     def start(self, timeout: float = 10.0) -> Self:
         """Start it and wait until it answers.
@@ -79,6 +83,7 @@ class SentinelServer(_Process):
                     f"sentinel down-after-milliseconds {name} {int(self.down_after * 1000)}",
                     f"sentinel failover-timeout {name} {int(self.failover_timeout * 1000)}",
                     f"sentinel parallel-syncs {name} 1",
+                    *([f"sentinel auth-pass {name} {self.auth_pass}"] if self.auth_pass else []),
                     "",
                 ]
             )
@@ -124,6 +129,9 @@ class RedisSentinels:
         master_name: The group's name.
         down_after: Seconds without an answer after which the Sentinels take the master
             for down (Sentinel's ``down-after-milliseconds``).
+        password: The password of both data servers (``requirepass``, and the replica's
+            ``masterauth``), which the Sentinels use too; :attr:`url` carries it, as kombu
+            reads it: the first Sentinel's URL holds the master's password.
     """
 
     def __init__(
@@ -132,16 +140,23 @@ class RedisSentinels:
         *,
         master_name: str = "toolexec",
         down_after: float = 1.0,
+        password: str | None = None,
     ) -> None:
         self.master_name = master_name
         self.down_after = down_after
+        self.password = password
         root = Path(directory) if directory is not None else None
         binary = find_redis_server()
-        self.master = RedisServer(directory=_sub(root, "master"), binary=binary)
+        # Each data server may become the other's replica: both know the password.
+        auth = ["--masterauth", password] if password else []
+        self.master = RedisServer(
+            directory=_sub(root, "master"), binary=binary, password=password, extra_args=auth
+        )
         self.replica = RedisServer(
             directory=_sub(root, "replica"),
             binary=binary,
-            extra_args=["--replicaof", "127.0.0.1", str(self.master.port)],
+            password=password,
+            extra_args=["--replicaof", "127.0.0.1", str(self.master.port), *auth],
         )
         self.sentinels = [
             SentinelServer(
@@ -150,14 +165,21 @@ class RedisSentinels:
                 directory=_sub(root, f"sentinel-{i}"),
                 binary=binary,
                 down_after=down_after,
+                auth_pass=password,
             )
             for i in range(SENTINELS)
         ]
 
     @property
     def url(self) -> str:
-        """The group's ``sentinel://`` URL: every Sentinel, database 0."""
-        return ";".join(f"sentinel://127.0.0.1:{s.port}" for s in self.sentinels) + "/0"
+        """The group's ``sentinel://`` URL: every Sentinel, database 0, and the master's
+        password (in the first part) if the group has one."""
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        parts = [
+            f"sentinel://{auth if i == 0 else ''}127.0.0.1:{s.port}"
+            for i, s in enumerate(self.sentinels)
+        ]
+        return ";".join(parts) + "/0"
 
     @property
     def servers(self) -> list[RedisServer]:
@@ -185,7 +207,7 @@ class RedisSentinels:
 
     def _formed(self) -> bool:
         try:
-            with redis.Redis(port=self.replica.port, socket_timeout=1.0) as replica:
+            with self._data_client(self.replica.port) as replica:
                 if replica.info("replication").get("master_link_status") != "up":
                     return False
             for sentinel in self.sentinels:
@@ -223,13 +245,16 @@ class RedisSentinels:
             port = self.master_port()
             if port is not None and port != old_port:
                 try:
-                    with redis.Redis(port=port, socket_timeout=1.0) as client:
+                    with self._data_client(port) as client:
                         if client.info("replication").get("role") == "master":
                             return port
                 except redis.RedisError:
                     pass
             time.sleep(0.05)
         raise TimeoutError(f"no new master of {self.master_name!r} within {timeout}s")
+
+    def _data_client(self, port: int) -> redis.Redis:
+        return redis.Redis(port=port, password=self.password, socket_timeout=1.0)
 
     def close(self) -> None:
         """Stop every server (by PID) and remove the temporary directories."""

@@ -223,3 +223,26 @@ def test_the_doctor_passes_without_a_sentinel_url_saying_each_role_is_one_server
     check = sentinels(Settings.from_env({"TOOLEXEC_BROKER_URL": "redis://127.0.0.1:1/0"}))
 
     assert check.ok and "each role is one Redis server" in check.message
+
+
+def test_a_group_behind_a_password_is_reached_with_it_in_the_first_sentinels_url(
+    tmp_path: Path, worker_factory: WorkerFactory
+) -> None:
+    with RedisSentinels(tmp_path / "group", password="s3cret/pass") as group:
+        assert group.url.startswith("sentinel://:s3cret%2Fpass@127.0.0.1:")
+        env = group_env(group, tmp_path / "data")
+        settings = Settings.from_env(env)
+        assert "s3cret" not in repr(settings)
+        worker_factory(pool="prefork", concurrency=1, env=env)
+        client = ToolClient(settings)
+        try:
+            assert remote_tool("failover_echo", timeout=10, client=client)(key="a") == "a"
+        finally:
+            client.close()
+        check = sentinels(settings)
+        assert check.ok, check.message
+        with (
+            redis.Redis(port=group.master.port, socket_timeout=2) as anyone,
+            pytest.raises(redis.AuthenticationError),
+        ):
+            anyone.set("x", 1)  # the group's servers want the password
