@@ -99,13 +99,14 @@ class Ended:
     outcome: str  # "ok", or the error's class name
 
 
+@pytest.mark.parametrize("pool", ["prefork", "asyncio"])
 def test_a_failover_under_load_ends_every_call_typed_within_its_deadline_and_calls_after_it_succeed(
-    tmp_path: Path, worker_factory: WorkerFactory
+    pool: Pool, tmp_path: Path, worker_factory: WorkerFactory
 ) -> None:
     data = tmp_path / "data"
     with RedisSentinels(tmp_path / "group") as group:
         env = group_env(group, data)
-        worker_factory(pool="prefork", concurrency=4, env=env)
+        worker_factory(pool=pool, concurrency=4 if pool == "prefork" else 20, env=env)
         client = ToolClient(Settings.from_env(env))
         try:
             echo = remote_tool("failover_echo", timeout=TIMEOUT, client=client)
@@ -123,9 +124,9 @@ def test_a_failover_under_load_ends_every_call_typed_within_its_deadline_and_cal
     after = [call for call in ended if call.started >= known_at]
     failed = [call.started for call in ended if call.outcome != "ok"]
     report = (
-        f"{len(ended)} calls, outcomes {dict(by_kind)}; master killed at {killed_at:.2f} s, new "
-        f"master known {known_at - killed_at:.2f} s later; longest gap between successes "
-        f"{gap:.2f} s; {len(after)} calls sent after it, "
+        f"{pool}: {len(ended)} calls, outcomes {dict(by_kind)}; master killed at "
+        f"{killed_at:.2f} s, new master known {known_at - killed_at:.2f} s later; longest gap "
+        f"between successes {gap:.2f} s; {len(after)} calls sent after it, "
         f"{sum(c.outcome == 'ok' for c in after)} succeeded; idempotent calls run twice: "
         f"{len(twice)}; "
         + (
