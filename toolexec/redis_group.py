@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Self
-from urllib.parse import quote
+from typing import Any, Self
+from urllib.parse import quote, urlencode
 
 import redis
 
 from toolexec.process import POLL, _Process, free_port
-from toolexec.redis_server import RedisServer, find_redis_server
+from toolexec.redis_server import RedisServer, TlsFiles, find_redis_server
 
 __all__ = ["RedisSentinels", "SentinelServer"]
 
@@ -38,6 +38,7 @@ class SentinelServer(_Process):
         down_after: Seconds without an answer after which it takes the master for down.
         failover_timeout: Sentinel's ``failover-timeout``, in seconds.
         auth_pass: The password of the group's servers (Sentinel's ``auth-pass``), if any.
+        tls: Speak TLS only, to clients and to the group's servers (``tls-replication``).
     """
 
     _log_name = "sentinel.log"
@@ -52,6 +53,7 @@ class SentinelServer(_Process):
         down_after: float = 1.0,
         failover_timeout: float = 5.0,
         auth_pass: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         super().__init__(directory)
         self.port = free_port()
@@ -61,6 +63,7 @@ class SentinelServer(_Process):
         self.down_after = down_after
         self.failover_timeout = failover_timeout
         self.auth_pass = auth_pass
+        self.tls = tls
 
     def start(self, timeout: float = 10.0) -> Self:
         """Start it and wait until it answers.
@@ -75,7 +78,7 @@ class SentinelServer(_Process):
         config.write_text(
             "\n".join(
                 [
-                    f"port {self.port}",
+                    *_listen(self.port, self.tls),
                     "bind 127.0.0.1",
                     "protected-mode no",
                     f"dir {self.directory}",
@@ -108,7 +111,9 @@ class SentinelServer(_Process):
 
     def client(self) -> redis.Redis:
         """A client of this Sentinel (its commands are ``SENTINEL ...``)."""
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0)
+        return redis.Redis(
+            host="127.0.0.1", port=self.port, socket_timeout=1.0, **_tls_client(self.tls)
+        )
 
     def master_port(self) -> int | None:
         """The port of the master this Sentinel names now; None if it does not answer."""
@@ -141,21 +146,29 @@ class RedisSentinels:
         master_name: str = "toolexec",
         down_after: float = 1.0,
         password: str | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.master_name = master_name
         self.down_after = down_after
         self.password = password
+        self.tls = tls
         root = Path(directory) if directory is not None else None
         binary = find_redis_server()
         # Each data server may become the other's replica: both know the password.
         auth = ["--masterauth", password] if password else []
+        auth += ["--tls-replication", "yes"] if tls else []
         self.master = RedisServer(
-            directory=_sub(root, "master"), binary=binary, password=password, extra_args=auth
+            directory=_sub(root, "master"),
+            binary=binary,
+            password=password,
+            tls=tls,
+            extra_args=auth,
         )
         self.replica = RedisServer(
             directory=_sub(root, "replica"),
             binary=binary,
             password=password,
+            tls=tls,
             extra_args=["--replicaof", "127.0.0.1", str(self.master.port), *auth],
         )
         self.sentinels = [
@@ -166,20 +179,27 @@ class RedisSentinels:
                 binary=binary,
                 down_after=down_after,
                 auth_pass=password,
+                tls=tls,
             )
             for i in range(SENTINELS)
         ]
 
     @property
     def url(self) -> str:
-        """The group's ``sentinel://`` URL: every Sentinel, database 0, and the master's
-        password (in the first part) if the group has one."""
+        """The group's ``sentinel://`` URL: every Sentinel, database 0, the master's
+        password (in the first part) if the group has one, and TLS's parameters (the CA
+        to trust) if it speaks TLS."""
         auth = f":{quote(self.password, safe='')}@" if self.password else ""
         parts = [
             f"sentinel://{auth if i == 0 else ''}127.0.0.1:{s.port}"
             for i, s in enumerate(self.sentinels)
         ]
-        return ";".join(parts) + "/0"
+        query = ""
+        if self.tls is not None:
+            query = "?" + urlencode(
+                {"ssl_cert_reqs": "required", "ssl_ca_certs": str(self.tls.ca_file)}
+            )
+        return ";".join(parts) + "/0" + query
 
     @property
     def servers(self) -> list[RedisServer]:
@@ -254,7 +274,9 @@ class RedisSentinels:
         raise TimeoutError(f"no new master of {self.master_name!r} within {timeout}s")
 
     def _data_client(self, port: int) -> redis.Redis:
-        return redis.Redis(port=port, password=self.password, socket_timeout=1.0)
+        return redis.Redis(
+            port=port, password=self.password, socket_timeout=1.0, **_tls_client(self.tls)
+        )
 
     def close(self) -> None:
         """Stop every server (by PID) and remove the temporary directories."""
@@ -278,3 +300,26 @@ def _sub(root: Path | None, name: str) -> Path | None:
     path = root / name
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _listen(port: int, tls: TlsFiles | None) -> list[str]:
+    """A Sentinel's configuration lines for where it listens: plain, or TLS only (then it
+    speaks TLS to the group's servers and to the other Sentinels too)."""
+    if tls is None:
+        return [f"port {port}"]
+    return [
+        "port 0",
+        f"tls-port {port}",
+        f"tls-cert-file {tls.cert_file}",
+        f"tls-key-file {tls.key_file}",
+        f"tls-ca-cert-file {tls.ca_file}",
+        "tls-auth-clients no",
+        "tls-replication yes",
+    ]
+
+
+def _tls_client(tls: TlsFiles | None) -> dict[str, Any]:
+    """redis-py's options of a client of a server that speaks TLS (none without)."""
+    if tls is None:
+        return {}
+    return {"ssl": True, "ssl_cert_reqs": "required", "ssl_ca_certs": str(tls.ca_file)}

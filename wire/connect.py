@@ -6,7 +6,10 @@ group, in kombu's form, one ``sentinel://`` URL per Sentinel joined by ``;``::
 
     sentinel://:secret@h1:26379;sentinel://h2:26379;sentinel://h3:26379/0
 
-with the group's name in ``TOOLEXEC_SENTINEL_MASTER``. As with kombu (whose Sentinel
+with the group's name in ``TOOLEXEC_SENTINEL_MASTER``. TLS, to the Sentinels and to the
+master alike (Sentinel's ``tls-replication yes``), takes a ``rediss://`` URL's parameters at
+the end: ``...;sentinel://h3:26379/0?ssl_cert_reqs=required&ssl_ca_certs=/etc/ca.pem``
+(``ssl_certfile`` and ``ssl_keyfile`` for a client certificate). As with kombu (whose Sentinel
 transport a worker's broker runs on), the first URL's user, password and database are
 the master's; the Sentinels are asked without a password. A client made here asks the
 Sentinels for the master when it connects, and again after its connection breaks or
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 import redis.asyncio
@@ -30,7 +33,14 @@ import redis.sentinel
 
 from wire.urls import SENTINEL_SCHEME, is_sentinel_url
 
-__all__ = ["SentinelGroup", "async_pool", "close_sentinels", "sentinel_group", "sync_client"]
+__all__ = [
+    "SentinelGroup",
+    "async_pool",
+    "close_sentinels",
+    "sentinel_group",
+    "sync_client",
+    "without_tls",
+]
 
 #: The port of a Sentinel whose URL names none (Redis's own default for Sentinels).
 SENTINEL_PORT = 26379
@@ -46,6 +56,8 @@ class SentinelGroup:
         db: The master's database number.
         username: The master's user name, if any.
         password: The master's password, if any.
+        tls: redis-py's TLS options (``ssl_cert_reqs``, ``ssl_ca_certs``, ...) of the
+            Sentinels and the master, from the URL's parameters; None: no TLS.
     """
 
     sentinels: tuple[tuple[str, int], ...]
@@ -53,23 +65,33 @@ class SentinelGroup:
     db: int = 0
     username: str | None = None
     password: str | None = None
+    tls: dict[str, str] | None = None
 
     def connection_options(self) -> dict[str, Any]:
-        """The master's connection options: its database and credentials."""
-        options: dict[str, Any] = {"db": self.db}
+        """The master's connection options: its database, credentials and TLS."""
+        options: dict[str, Any] = {"db": self.db, **self.tls_options()}
         if self.username:
             options["username"] = self.username
         if self.password:
             options["password"] = self.password
         return options
 
+    def sentinel_options(self) -> dict[str, Any]:
+        """redis-py's keyword arguments of a connection to one of the Sentinels: bounded
+        (:data:`SENTINEL_TIMEOUT`), with TLS if the group has it."""
+        return {**_socket_options({}), **self.tls_options()}
+
+    def tls_options(self) -> dict[str, Any]:
+        """redis-py's keyword arguments of a TLS connection to the group; none without TLS."""
+        return {"ssl": True, **self.tls} if self.tls is not None else {}
+
 
 def sentinel_group(url: str, master: str | None) -> SentinelGroup | None:
     """The group a ``sentinel://`` URL names, or None for a server's own URL.
 
     Raises:
-        ValueError: The URL names no Sentinel, one of its parts is malformed, or
-            ``master`` is missing.
+        ValueError: The URL names no Sentinel, one of its parts is malformed, it ends
+            with a parameter other than TLS's, or ``master`` is missing.
     """
     if not is_sentinel_url(url):
         return None
@@ -77,9 +99,10 @@ def sentinel_group(url: str, master: str | None) -> SentinelGroup | None:
         raise ValueError(
             "a sentinel:// URL needs the name of its master group (TOOLEXEC_SENTINEL_MASTER)"
         )
+    base, _, query = url.partition("?")
     sentinels: list[tuple[str, int]] = []
     db, username, password = 0, None, None
-    for i, part in enumerate(p.strip() for p in url.split(";")):
+    for i, part in enumerate(p.strip() for p in base.split(";")):
         if not part:
             continue
         if not part.startswith(SENTINEL_SCHEME):
@@ -94,17 +117,56 @@ def sentinel_group(url: str, master: str | None) -> SentinelGroup | None:
         if not parts.hostname:
             raise ValueError(f"part {i + 1} of the Sentinel URL names no host")
         sentinels.append((parts.hostname, port))
+        path = parts.path.strip("/")
+        if path and not path.isdigit():
+            raise ValueError(f"the Sentinel URL's database must be a number, not {path!r}")
         if i == 0:
             username = unquote(parts.username) if parts.username else None
             password = unquote(parts.password) if parts.password else None
-            path = parts.path.strip("/")
-            if path:
-                if not path.isdigit():
-                    raise ValueError(f"the Sentinel URL's database must be a number, not {path!r}")
-                db = int(path)
+            db = int(path) if path else 0
+        elif path and int(path) != db:
+            # kombu (the workers' broker) reads the database of the first URL only.
+            raise ValueError(
+                f"the Sentinel URL's database goes on its first part, as kombu reads it: "
+                f"sentinel://host:port/{path};sentinel://..."
+            )
     return SentinelGroup(
-        sentinels=tuple(sentinels), master=master, db=db, username=username, password=password
+        sentinels=tuple(sentinels),
+        master=master,
+        db=db,
+        username=username,
+        password=password,
+        tls=_tls(query),
     )
+
+
+#: The parameters a ``sentinel://`` URL may end with (after its last part): TLS to its
+#: Sentinels and to the master, as a ``rediss://`` URL takes them.
+TLS_PARAMETERS = ("ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+#: What ``ssl_cert_reqs`` may say.
+CERT_REQS = ("required", "optional", "none")
+
+
+def _tls(query: str) -> dict[str, str] | None:
+    """redis-py's TLS options of a ``sentinel://`` URL's parameters; None without any."""
+    given = {name: values[-1] for name, values in parse_qs(query, keep_blank_values=True).items()}
+    unknown = sorted(set(given) - set(TLS_PARAMETERS))
+    if unknown:
+        raise ValueError(
+            f"a sentinel:// URL takes no parameter {', '.join(unknown)}; it takes "
+            f"{', '.join(TLS_PARAMETERS)} (TLS to the Sentinels and the master)"
+        )
+    if not given:
+        return None
+    reqs = given.get("ssl_cert_reqs", "required").lower()
+    if reqs not in CERT_REQS:
+        raise ValueError(f"ssl_cert_reqs must be one of {', '.join(CERT_REQS)}, not {reqs!r}")
+    return {**given, "ssl_cert_reqs": reqs}
+
+
+def without_tls(url: str) -> str:
+    """A ``sentinel://`` URL without its TLS parameters (kombu reads none there)."""
+    return url.partition("?")[0]
 
 
 def sync_client(url: str, *, master: str | None = None, **options: Any) -> redis.Redis:
@@ -121,7 +183,7 @@ def sync_client(url: str, *, master: str | None = None, **options: Any) -> redis
         return redis.Redis.from_url(url, **options)
     sentinels = redis.sentinel.Sentinel(
         list(group.sentinels),
-        sentinel_kwargs=_socket_options(options),
+        sentinel_kwargs={**_socket_options(options), **group.tls_options()},
         **group.connection_options(),
         **options,
     )
@@ -155,7 +217,7 @@ def async_pool(
         return redis.asyncio.ConnectionPool.from_url(url, **options)
     sentinels = redis.asyncio.sentinel.Sentinel(
         list(group.sentinels),
-        sentinel_kwargs=_socket_options(options),
+        sentinel_kwargs={**_socket_options(options), **group.tls_options()},
         **group.connection_options(),
         **options,
     )

@@ -43,10 +43,11 @@ from executor.seams.transport import (
 from executor.tracing import apply_log_format, use_log_format
 from executor.worker import Heartbeat, holder, mark_main_process, redis_client, worker_id
 from wire import keys
+from wire.connect import sentinel_group, without_tls
 from wire.errors import ConfigurationError
 from wire.message import CELERY_LIMIT_MARGIN
 from wire.settings import Settings
-from wire.urls import is_amqp_url, is_sentinel_url
+from wire.urls import is_amqp_url
 
 __all__ = ["create_app", "get_app", "import_tool_modules"]
 
@@ -85,10 +86,14 @@ def create_app(settings: Settings | None = None) -> Celery:
         )
     queues = sorted({t.spec.queue for t in tools.values()} | {"default"})
     app = Celery("toolexec", set_as_current=False)
+    sentinels = sentinel_group(settings.broker_url, settings.sentinel_master)
     app.conf.update(
-        broker_url=settings.broker_url,
+        # kombu reads a sentinel:// URL's TLS from broker_use_ssl, not from the URL.
+        broker_url=without_tls(settings.broker_url) if sentinels else settings.broker_url,
         # rediss:// without ssl_* parameters: verify the server, as redis-py does.
-        broker_use_ssl=broker_ssl_options(settings.broker_url),
+        broker_use_ssl=broker_ssl_options(settings.broker_url)
+        if sentinels is None
+        else sentinels.tls,
         broker_connection_retry_on_startup=True,
         # Kombu's ack emulation keeps each message in Redis until it is acknowledged and
         # restores it after the visibility timeout. toolexec notices a lost worker
@@ -102,10 +107,11 @@ def create_app(settings: Settings | None = None) -> Celery:
             REDIS_URL_OPTION: settings.redis_url,
             BROKER_URL_OPTION: settings.broker_url,
             SENTINEL_MASTER_OPTION: settings.sentinel_master,
-            # kombu's Sentinel channel: the group whose master is the broker.
+            # kombu's Sentinel channel: the group whose master is the broker, and TLS to
+            # its Sentinels as to the master.
             **(
-                {"master_name": settings.sentinel_master}
-                if is_sentinel_url(settings.broker_url)
+                {"master_name": sentinels.master, "sentinel_kwargs": sentinels.sentinel_options()}
+                if sentinels is not None
                 else {}
             ),
             MAX_ITEM_OPTION: 2 * settings.max_argument_bytes + 65_536,

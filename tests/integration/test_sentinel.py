@@ -29,6 +29,7 @@ from wire import keys
 from wire.settings import Settings
 
 from .polling import wait_until
+from .tls_support import make_tls_files
 
 if TYPE_CHECKING:
     from .conftest import WorkerFactory
@@ -247,3 +248,25 @@ def test_a_group_behind_a_password_is_reached_with_it_in_the_first_sentinels_url
             pytest.raises(redis.AuthenticationError),
         ):
             anyone.set("x", 1)  # the group's servers want the password
+
+
+def test_a_group_that_speaks_only_tls_is_reached_with_tls_parameters_ending_its_url(
+    tmp_path: Path, worker_factory: WorkerFactory
+) -> None:
+    tls = make_tls_files(tmp_path / "tls")
+    with RedisSentinels(tmp_path / "group", tls=tls) as group:
+        assert "/0?ssl_cert_reqs=required&ssl_ca_certs=" in group.url
+        env = group_env(group, tmp_path / "data")
+        worker_factory(pool="prefork", concurrency=1, env=env)
+        client = ToolClient(Settings.from_env(env))
+        try:
+            assert remote_tool("failover_echo", timeout=10, client=client)(key="t") == "t"
+        finally:
+            client.close()
+        check = sentinels(Settings.from_env(env))
+        assert check.ok, check.message
+        with (
+            redis.Redis(port=group.master.port, socket_timeout=2) as plain,
+            pytest.raises(redis.ConnectionError),
+        ):
+            plain.ping()  # the group's servers speak TLS only

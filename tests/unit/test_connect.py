@@ -10,11 +10,11 @@ import redis
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from wire.connect import SentinelGroup, async_pool, sentinel_group, sync_client
+from wire.connect import SentinelGroup, async_pool, sentinel_group, sync_client, without_tls
 from wire.errors import ConfigurationError
 from wire.settings import Settings
 
-URL = "sentinel://:s3cret@h1:26380;sentinel://h2;sentinel://h3:26382/2"
+URL = "sentinel://:s3cret@h1:26380;sentinel://h2;sentinel://h3:26382/0"
 
 
 def test_a_sentinel_url_names_each_sentinel_and_the_masters_database_and_password() -> None:
@@ -130,3 +130,43 @@ def test_every_redis_client_of_the_product_is_made_by_wire_connect() -> None:
                 if isinstance(node, ast.Attribute) and node.attr == "from_url":
                     makers.append(f"{relative}:{node.lineno}")
     assert makers == []
+
+
+def test_tls_parameters_ending_a_sentinel_url_apply_to_the_sentinels_and_the_master() -> None:
+    url = "sentinel://h1:1;sentinel://h2:2/0?ssl_ca_certs=/ca.pem&ssl_cert_reqs=Required"
+    group = sentinel_group(url, "m")
+
+    assert group is not None and group.sentinels == (("h1", 1), ("h2", 2))
+    assert group.tls_options() == {
+        "ssl": True,
+        "ssl_ca_certs": "/ca.pem",
+        "ssl_cert_reqs": "required",
+    }
+    client = sync_client(url, master="m")
+    assert client.connection_pool.connection_kwargs["ssl_ca_certs"] == "/ca.pem"
+    assert type(client.connection_pool).__name__ == "SentinelConnectionPool"
+    assert client.connection_pool.connection_class.__name__ == "SentinelManagedSSLConnection"
+    assert group.sentinel_options()["ssl"] is True
+    client.close()
+    assert without_tls(url) == "sentinel://h1:1;sentinel://h2:2/0"
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("sentinel://h1:1/0?master=m", "takes no parameter master"),
+        ("sentinel://h1:1/0?ssl_cert_reqs=sometimes", "ssl_cert_reqs must be one of"),
+        ("sentinel://h1:1/2;sentinel://h2:2/3", "database goes on its first part"),
+    ],
+)
+def test_a_sentinel_url_with_what_it_cannot_take_is_refused_saying_why(url: str, says: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        sentinel_group(url, "m")
+
+    assert says in str(refused.value)
+
+
+def test_a_database_on_the_first_part_is_the_masters() -> None:
+    group = sentinel_group("sentinel://h1:1/2;sentinel://h2:2/2", "m")
+
+    assert group is not None and group.db == 2

@@ -23,9 +23,6 @@ from wire.urls import is_sentinel_url
 
 __all__ = ["sentinels"]
 
-#: Seconds each Sentinel has to connect and to answer.
-TIMEOUT = 2.0
-
 
 def sentinels(settings: Settings) -> Check:
     """The sentinels check."""
@@ -69,9 +66,7 @@ def _look(group: SentinelGroup) -> tuple[str, list[str]]:
     trouble = []
     for host, port in group.sentinels:
         try:
-            with redis.Redis(
-                host=host, port=port, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT
-            ) as sentinel:
+            with redis.Redis(host=host, port=port, **group.sentinel_options()) as sentinel:
                 masters[(host, port)] = sentinel.sentinel_master(group.master)
                 replicas[(host, port)] = sentinel.sentinel_slaves(group.master)
         except redis.RedisError as exc:
