@@ -38,8 +38,8 @@ __all__ = [
     "async_pool",
     "close_sentinels",
     "sentinel_group",
+    "kombu_url",
     "sync_client",
-    "without_tls",
 ]
 
 #: The port of a Sentinel whose URL names none (Redis's own default for Sentinels).
@@ -124,6 +124,14 @@ def sentinel_group(url: str, master: str | None) -> SentinelGroup | None:
             username = unquote(parts.username) if parts.username else None
             password = unquote(parts.password) if parts.password else None
             db = int(path) if path else 0
+        elif (parts.username or parts.password) and (
+            unquote(parts.username or "") != (username or "")
+            or unquote(parts.password or "") != (password or "")
+        ):
+            raise ValueError(
+                "the Sentinel URL's user and password go on its first part (or the same on "
+                "every part): they are the master's"
+            )
         elif path and int(path) != db:
             # kombu (the workers' broker) reads the database of the first URL only.
             raise ValueError(
@@ -164,9 +172,21 @@ def _tls(query: str) -> dict[str, str] | None:
     return {**given, "ssl_cert_reqs": reqs}
 
 
-def without_tls(url: str) -> str:
-    """A ``sentinel://`` URL without its TLS parameters (kombu reads none there)."""
-    return url.partition("?")[0]
+def kombu_url(url: str) -> str:
+    """A ``sentinel://`` URL as kombu is to read it (a worker's broker): without its TLS
+    parameters, which kombu takes from ``broker_use_ssl``, and with the first part's user
+    and password on every part. kombu, trying the next Sentinel after a refused connection,
+    reads that part's own credentials: without them it would ask the master without AUTH.
+    """
+    parts = [part.strip() for part in url.partition("?")[0].split(";") if part.strip()]
+    userinfo = urlsplit(parts[0]).netloc.rpartition("@")[0]
+    if not userinfo:
+        return ";".join(parts)
+    same = [parts[0]]
+    for part in parts[1:]:
+        split = urlsplit(part)
+        same.append(split._replace(netloc=f"{userinfo}@{split.netloc.rpartition('@')[2]}").geturl())
+    return ";".join(same)
 
 
 def sync_client(url: str, *, master: str | None = None, **options: Any) -> redis.Redis:
@@ -225,8 +245,8 @@ def async_pool(
     return pool
 
 
-#: Seconds a Sentinel may take to connect or answer when the caller sets no bound: one
-#: that is down or frozen must not hold up the look at the next.
+#: Seconds a Sentinel may take to connect or answer (less if the caller's bound is less):
+#: one that is down or frozen must not hold up the look at the next.
 SENTINEL_TIMEOUT = 1.0
 
 
@@ -243,5 +263,5 @@ def _socket_options(options: dict[str, Any]) -> dict[str, Any]:
     bounded = {"socket_timeout": SENTINEL_TIMEOUT, "socket_connect_timeout": SENTINEL_TIMEOUT}
     for name in bounded:
         if options.get(name) is not None:
-            bounded[name] = options[name]
+            bounded[name] = min(options[name], SENTINEL_TIMEOUT)
     return bounded

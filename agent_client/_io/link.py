@@ -22,10 +22,11 @@ from typing import Any, cast
 
 import redis
 import redis.asyncio
+import redis.asyncio.sentinel
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from wire.connect import async_pool, close_sentinels
+from wire.connect import async_pool, close_sentinels, sentinel_group
 from wire.scripts import is_noscript, reloading
 
 #: One argument of a Redis command.
@@ -92,9 +93,12 @@ class Link:
     """
 
     def __init__(self, url: str, *, master: str | None = None) -> None:
-        tls: dict[str, Any] = (
-            {"connection_class": _TLSConnection} if url.startswith("rediss://") else {}
-        )
+        group = sentinel_group(url, master)
+        tls: dict[str, Any] = {}
+        if url.startswith("rediss://"):
+            tls = {"connection_class": _TLSConnection}
+        elif group is not None and group.tls is not None:
+            tls = {"connection_class": _SentinelTLSConnection}
         self._pool = async_pool(
             url,
             master=master,
@@ -289,6 +293,14 @@ _TLS_GOODBYE = 0.1
 
 class _TLSConnection(redis.asyncio.SSLConnection):
     """redis-py's TLS connection, whose goodbye waits at most :data:`_TLS_GOODBYE`."""
+
+    def _connection_arguments(self) -> Mapping[str, Any]:
+        return {**super()._connection_arguments(), "ssl_shutdown_timeout": _TLS_GOODBYE}
+
+
+class _SentinelTLSConnection(redis.asyncio.sentinel.SentinelManagedSSLConnection):
+    """redis-py's TLS connection to a Sentinel-managed master, whose goodbye waits at most
+    :data:`_TLS_GOODBYE`, as :class:`_TLSConnection`'s."""
 
     def _connection_arguments(self) -> Mapping[str, Any]:
         return {**super()._connection_arguments(), "ssl_shutdown_timeout": _TLS_GOODBYE}

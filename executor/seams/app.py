@@ -43,7 +43,7 @@ from executor.seams.transport import (
 from executor.tracing import apply_log_format, use_log_format
 from executor.worker import Heartbeat, holder, mark_main_process, redis_client, worker_id
 from wire import keys
-from wire.connect import sentinel_group, without_tls
+from wire.connect import kombu_url, sentinel_group
 from wire.errors import ConfigurationError
 from wire.message import CELERY_LIMIT_MARGIN
 from wire.settings import Settings
@@ -88,8 +88,9 @@ def create_app(settings: Settings | None = None) -> Celery:
     app = Celery("toolexec", set_as_current=False)
     sentinels = sentinel_group(settings.broker_url, settings.sentinel_master)
     app.conf.update(
-        # kombu reads a sentinel:// URL's TLS from broker_use_ssl, not from the URL.
-        broker_url=without_tls(settings.broker_url) if sentinels else settings.broker_url,
+        # kombu reads a sentinel:// URL's TLS from broker_use_ssl, not from the URL, and
+        # each Sentinel's credentials from its own part (wire.connect.kombu_url).
+        broker_url=kombu_url(settings.broker_url) if sentinels else settings.broker_url,
         # rediss:// without ssl_* parameters: verify the server, as redis-py does.
         broker_use_ssl=broker_ssl_options(settings.broker_url)
         if sentinels is None

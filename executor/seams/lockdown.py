@@ -348,8 +348,10 @@ class Lockdown(bootsteps.Step):  # type: ignore[misc]
         withhold_message_bodies()
         removed = restrict_tasks(app)
         logger.debug("unregistered the tasks that are not toolexec's: %s", ", ".join(removed))
-        urls = {"TOOLEXEC_BROKER_URL": app.conf.broker_url}
-        if settings is not None and settings.redis_url != app.conf.broker_url:
+        # The setting as given: Celery's broker_url is a sentinel:// URL's without its TLS.
+        broker_url = settings.broker_url if settings is not None else app.conf.broker_url
+        urls = {"TOOLEXEC_BROKER_URL": broker_url}
+        if settings is not None and settings.redis_url != broker_url:
             urls["TOOLEXEC_REDIS_URL"] = settings.redis_url
         check_connections(
             urls, sentinel_master=settings.sentinel_master if settings is not None else None

@@ -10,7 +10,7 @@ import redis
 import redis.asyncio.sentinel
 import redis.sentinel
 
-from wire.connect import SentinelGroup, async_pool, sentinel_group, sync_client, without_tls
+from wire.connect import SentinelGroup, async_pool, kombu_url, sentinel_group, sync_client
 from wire.errors import ConfigurationError
 from wire.settings import Settings
 
@@ -148,7 +148,7 @@ def test_tls_parameters_ending_a_sentinel_url_apply_to_the_sentinels_and_the_mas
     assert client.connection_pool.connection_class.__name__ == "SentinelManagedSSLConnection"
     assert group.sentinel_options()["ssl"] is True
     client.close()
-    assert without_tls(url) == "sentinel://h1:1;sentinel://h2:2/0"
+    assert kombu_url(url) == "sentinel://h1:1;sentinel://h2:2/0"
 
 
 @pytest.mark.parametrize(
@@ -170,3 +170,17 @@ def test_a_database_on_the_first_part_is_the_masters() -> None:
     group = sentinel_group("sentinel://h1:1/2;sentinel://h2:2/2", "m")
 
     assert group is not None and group.db == 2
+
+
+def test_kombu_gets_the_masters_credentials_on_every_part_and_no_tls_parameters() -> None:
+    url = "sentinel://ann:p%40ss@h1:1;sentinel://h2:2;sentinel://h3:3/0?ssl_ca_certs=/ca.pem"
+
+    assert kombu_url(url) == (
+        "sentinel://ann:p%40ss@h1:1;sentinel://ann:p%40ss@h2:2;sentinel://ann:p%40ss@h3:3/0"
+    )
+    assert sentinel_group(kombu_url(url), "m") is not None  # the same credentials: accepted
+
+
+def test_other_credentials_on_a_later_part_are_refused() -> None:
+    with pytest.raises(ValueError, match="user and password go on its first part"):
+        sentinel_group("sentinel://:a@h1:1;sentinel://:b@h2:2/0", "m")

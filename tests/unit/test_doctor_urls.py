@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from toolexec.doctor import url_problems
+from toolexec.doctor.security import signing
+from wire.settings import Settings
 
 
 @pytest.mark.parametrize(
@@ -49,3 +51,38 @@ def test_an_open_or_unchecked_url_is_named_with_its_problem(url: str, problem: s
     problems = url_problems(url)
 
     assert len(problems) == 1 and problem in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("url", "problems"),
+    [
+        ("sentinel://127.0.0.1:26379;sentinel://[::1]:26380/0", []),
+        ("sentinel://:pw@10.0.0.1:26379;sentinel://10.0.0.2:26379/0", []),
+        ("sentinel://10.0.0.1:26379;sentinel://10.0.0.2:26379/0?ssl_ca_certs=/ca.pem", []),
+        (
+            "sentinel://127.0.0.1:26379;sentinel://10.0.0.2:26379/0",
+            ["10.0.0.2 is off the loopback interface, and the URL has neither TLS nor a password"],
+        ),
+        (
+            "sentinel://:pw@10.0.0.1:26379;sentinel://10.0.0.2:26379/0?ssl_cert_reqs=none",
+            ["ssl_cert_reqs=none turns the server certificate check off"],
+        ),
+    ],
+)
+def test_a_sentinel_url_is_read_whole_every_sentinel_and_its_tls(
+    url: str, problems: list[str]
+) -> None:
+    assert url_problems(url, sentinel_master="m") == problems
+
+
+def test_signing_counts_a_broker_beyond_this_machine_if_any_of_its_sentinels_is() -> None:
+    settings = Settings.from_env(
+        {
+            "TOOLEXEC_BROKER_URL": "sentinel://127.0.0.1:26379;sentinel://10.0.0.2:26379/0",
+            "TOOLEXEC_SENTINEL_MASTER": "m",
+        }
+    )
+
+    check = signing(settings)
+
+    assert not check.ok and "10.0.0.2" in check.message

@@ -18,11 +18,12 @@ from typing import Any
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from toolexec.doctor.check import Check, failed, passed, shown
+from wire.connect import sentinel_group
 from wire.errors import ConfigurationError
 from wire.models import ToolSpec
 from wire.settings import Settings
 from wire.signing import MAKE_KEY
-from wire.urls import AMQP_SCHEMES, REDIS_SCHEMES
+from wire.urls import AMQP_SCHEMES, REDIS_SCHEMES, is_sentinel_url
 
 __all__ = ["json_only", "signing", "transport_security", "url_problems"]
 
@@ -107,14 +108,17 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def url_problems(url: str) -> list[str]:
+def url_problems(url: str, *, sentinel_master: str | None = None) -> list[str]:
     """What is unsafe about a broker or Redis URL.
 
     Off the loopback interface a URL needs TLS or credentials of its own: a Redis
     password, a RabbitMQ user other than ``guest`` (the well-known default, which kombu
     also uses when the URL names none). A ``rediss://`` URL must not turn the server
-    certificate check off.
+    certificate check off. A ``sentinel://`` URL is read whole: each of its Sentinels,
+    and the TLS parameters that end it (``sentinel_master``: its group's name).
     """
+    if is_sentinel_url(url):
+        return _sentinel_problems(url, sentinel_master)
     parts = urlsplit(url)
     scheme = f"{parts.scheme}://"  # urlsplit lowercases the scheme
     if scheme in AMQP_SCHEMES:
@@ -138,6 +142,22 @@ def url_problems(url: str) -> list[str]:
     return problems
 
 
+def _sentinel_problems(url: str, master: str | None) -> list[str]:
+    group = sentinel_group(url, master or "?")
+    assert group is not None  # a sentinel:// URL
+    problems = []
+    cert_reqs = (group.tls or {}).get("ssl_cert_reqs", "required")
+    if group.tls is not None and cert_reqs in _INSECURE_CERT_REQS:
+        problems.append(f"ssl_cert_reqs={cert_reqs} turns the server certificate check off")
+    away = [host for host, _ in group.sentinels if not _is_loopback(host)]
+    if away and group.tls is None and not group.password:
+        problems.append(
+            f"{', '.join(away)} {'is' if len(away) == 1 else 'are'} off the loopback interface, "
+            "and the URL has neither TLS nor a password"
+        )
+    return problems
+
+
 def _amqp_problems(parts: SplitResult) -> list[str]:
     host = parts.hostname or "localhost"
     if _is_loopback(host):
@@ -157,7 +177,7 @@ def transport_security(settings: Settings) -> Check:
     found = [
         f"{name} ({shown(url)}): {problem}"
         for name, url in urls.items()
-        for problem in url_problems(url)
+        for problem in url_problems(url, sentinel_master=settings.sentinel_master)
     ]
     if found:
         return failed(
@@ -180,8 +200,15 @@ def transport_security(settings: Settings) -> Check:
 
 def signing(settings: Settings) -> Check:
     """The signing check: calls are signed when the broker is beyond this machine."""
-    host = urlsplit(settings.broker_url).hostname or "localhost"
-    if settings.broker_url.startswith("unix://") or _is_loopback(host):
+    group = sentinel_group(settings.broker_url, settings.sentinel_master)
+    hosts = (
+        [h for h, _ in group.sentinels]
+        if group is not None
+        else [urlsplit(settings.broker_url).hostname or "localhost"]
+    )
+    away = [h for h in hosts if not _is_loopback(h)]
+    host = ", ".join(away) if away else hosts[0]
+    if settings.broker_url.startswith("unix://") or not away:
         state = "on" if settings.signing_key is not None else "off"
         return passed("signing", f"the broker is on this machine; signing is {state}")
     if settings.signing_key is None:
