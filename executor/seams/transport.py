@@ -195,7 +195,7 @@ class Message(virtual.Message):
         :func:`_envelope_loads` (kombu's own ``loads`` only where its hook can apply: about
         a twentieth of the asyncio pool's main process went to that hook and its decoder
         made anew per message). The same checks first: an accepted content type, and the
-        same error, kombu's ``DecodeError``. ``tests/unit/test_transport_decode.py`` holds
+        same error, kombu's ``DecodeError``. ``tests/unit/test_envelope_decoding.py`` holds
         it to kombu's answer."""
         body, accept = self.body, self.accept
         if (

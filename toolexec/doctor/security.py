@@ -149,13 +149,21 @@ def _sentinel_problems(url: str, master: str | None) -> list[str]:
     cert_reqs = (group.tls or {}).get("ssl_cert_reqs", "required")
     if group.tls is not None and cert_reqs in _INSECURE_CERT_REQS:
         problems.append(f"ssl_cert_reqs={cert_reqs} turns the server certificate check off")
-    away = [host for host, _ in group.sentinels if not _is_loopback(host)]
+    away = _away(url, master)
     if away and group.tls is None and not group.password:
         problems.append(
             f"{', '.join(away)} {'is' if len(away) == 1 else 'are'} off the loopback interface, "
             "and the URL has neither TLS nor a password"
         )
     return problems
+
+
+def _away(url: str, sentinel_master: str | None) -> list[str]:
+    """The hosts of ``url`` off the loopback interface: every Sentinel of a ``sentinel://``
+    URL, else its one host."""
+    group = sentinel_group(url, sentinel_master or "?")
+    hosts = [h for h, _ in group.sentinels] if group else [urlsplit(url).hostname or "localhost"]
+    return [host for host in hosts if not _is_loopback(host)]
 
 
 def _amqp_problems(parts: SplitResult) -> list[str]:
@@ -200,14 +208,8 @@ def transport_security(settings: Settings) -> Check:
 
 def signing(settings: Settings) -> Check:
     """The signing check: calls are signed when the broker is beyond this machine."""
-    group = sentinel_group(settings.broker_url, settings.sentinel_master)
-    hosts = (
-        [h for h, _ in group.sentinels]
-        if group is not None
-        else [urlsplit(settings.broker_url).hostname or "localhost"]
-    )
-    away = [h for h in hosts if not _is_loopback(h)]
-    host = ", ".join(away) if away else hosts[0]
+    away = _away(settings.broker_url, settings.sentinel_master)
+    host = ", ".join(away)
     if settings.broker_url.startswith("unix://") or not away:
         state = "on" if settings.signing_key is not None else "off"
         return passed("signing", f"the broker is on this machine; signing is {state}")
