@@ -3,9 +3,10 @@
 :func:`run_bounded` runs a tool in the calling thread (the solo, threads and prefork
 pools): an ``async def`` tool on this thread's own event loop, cancelled at its limit;
 a ``def`` tool in a thread of its own, abandoned at its limit, since a thread cannot be
-killed. :func:`await_tool` runs it on the running event loop (the asyncio pool): an
-``async def`` tool as a task, cancelled at its limit; a ``def`` tool in the loop's
-default executor, its caller answered at the limit while the thread runs on. Either
+killed (the asyncio pool runs a ``def`` tool so, in one of its tool threads).
+:func:`await_tool` runs it on the running event loop: an ``async def`` tool as a task,
+cancelled at its limit; a ``def`` tool in the loop's default executor, its caller
+answered at the limit while the thread runs on. Either
 raises :class:`HardTimeout` at the limit, and :class:`ToolExited` for a coroutine's own
 ``SystemExit`` or ``KeyboardInterrupt``; :mod:`executor.runner` turns each into an
 outcome.

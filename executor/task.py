@@ -5,8 +5,9 @@ refuse an expired call or one whose caller no longer waits, admit it (an idempot
 may be answered from its stored outcome or join a running delivery; a copy sent again asks
 whether it may start), run the tool, deliver the outcome. On the asyncio pool
 (:mod:`executor.pools`) :func:`run_call_async` takes the same steps (:func:`admit`, then
-:func:`conclude`) with its Redis round trips in the pool's I/O threads and the tool
-awaited on the pool's event loop. The outcome reaches its caller through
+:func:`conclude`) with its Redis round trips in the pool's I/O threads and an ``async
+def`` tool awaited on the pool's event loop; a ``def`` tool runs, and its outcome leaves,
+from one of the pool's tool threads. The outcome reaches its caller through
 :mod:`executor.delivery`.
 
 Nothing here knows Celery's request or the broker's channel: the two Celery tasks that
@@ -16,12 +17,14 @@ call these steps, and what they read of a delivery first, are the edge's
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import copy_context
 from typing import TYPE_CHECKING, Any
 
 import pydantic
@@ -68,14 +71,8 @@ def run_call(
     admitted = admit(fields, settings=settings, worker=worker, generation=generation)
     if not isinstance(admitted, Admitted):
         return admitted
-    with _running(admitted, settings) as answers:
-        starting = functools.partial(
-            _refusal_at_start, admitted.call, settings=settings, worker=worker
-        )
-        outcome = execute(
-            admitted.call, worker=worker, definition=admitted.definition, starting=starting
-        )
-    return conclude(admitted, outcome, settings=settings) if answers() else None
+    outcome = _run_here(admitted, settings=settings, worker=worker)
+    return None if outcome is None else conclude(admitted, outcome, settings=settings)
 
 
 async def run_call_async(
@@ -89,7 +86,8 @@ async def run_call_async(
     """:func:`run_call` on the asyncio pool: the tool is awaited on the running loop.
 
     ``offload`` runs the blocking steps (:func:`admit`, :func:`conclude`: Redis round
-    trips) in the pool's I/O threads, so the loop never waits on Redis. A plain call
+    trips) in the pool's I/O threads, so the loop never waits on Redis; a ``def`` tool's
+    call ends in one of the pool's tool threads (:func:`_run_in_tool_thread`). A plain call
     (no idempotency key) that the deadline check lets through is admitted on the loop
     itself: its admission sends nothing to Redis, and a trip through an I/O thread
     would cost more than the step.
@@ -125,9 +123,11 @@ async def run_call_async(
         )
     if not isinstance(admitted, Admitted):
         return admitted
+    if admitted.definition is not None and not admitted.definition.is_async:
+        return await _run_in_tool_thread(
+            admitted, settings=settings, worker=worker, offload=offload
+        )
     with _running(admitted, settings) as answers:
-        # A def tool waits for one of the pool's tool threads: the thread checks the call
-        # again as it takes it (its caller may have died, its deadline passed, meanwhile).
         starting = functools.partial(
             _refusal_at_start, admitted.call, settings=settings, worker=worker
         )
@@ -140,6 +140,58 @@ async def run_call_async(
         # Plain calls that end at the same moment share one pipeline (_conclude_plain).
         return await offload.deliver_batched(_conclude_plain, (admitted, outcome, settings))
     return await offload.deliver(functools.partial(conclude, admitted, outcome, settings=settings))
+
+
+def _run_here(admitted: Admitted, *, settings: Settings, worker: str) -> CallOutcome | None:
+    """Run the admitted call's tool in this thread: its outcome, or None when this delivery
+    no longer answers the call (its cancel's grace answered it, :mod:`executor.cancels`).
+
+    The tool checks the call once more as it starts (:func:`_refusal_at_start`): on a pool
+    whose calls wait for a thread, its caller may have died or its deadline passed meanwhile.
+    """
+    with _running(admitted, settings) as answers:
+        starting = functools.partial(
+            _refusal_at_start, admitted.call, settings=settings, worker=worker
+        )
+        outcome = execute(
+            admitted.call, worker=worker, definition=admitted.definition, starting=starting
+        )
+    return outcome if answers() else None
+
+
+async def _run_in_tool_thread(
+    admitted: Admitted, *, settings: Settings, worker: str, offload: Offload
+) -> CallOutcome | None:
+    """:func:`run_call`'s last steps for a ``def`` tool on the asyncio pool: run the tool
+    and deliver its outcome in one of the pool's tool threads, as a prefork child does.
+
+    The outcome leaves from the thread that ran the tool, so a call crosses no more
+    threads than an ``async def`` tool's: handing it back to the loop and on to a delivery
+    thread cost a sequential round trip about 0.2 ms (two thread wake-ups). Only a plain
+    call that ends while other calls run goes back to the loop, to share one pipeline with
+    theirs (:meth:`Offload.deliver_batched`). A call the pool gives up before a thread
+    takes it (a cold shutdown) never starts, and its key is let go.
+    """
+    taken = threading.Lock()  # the thread that takes it, or the give-up: whichever is first
+
+    def in_thread() -> tuple[CallOutcome | None, bool]:
+        if not taken.acquire(blocking=False):
+            return None, True  # given up before it started
+        outcome = _run_here(admitted, settings=settings, worker=worker)
+        if outcome is None or (admitted.call.idempotency_key is None and not offload.alone()):
+            return outcome, False
+        return conclude(admitted, outcome, settings=settings), True
+
+    loop = asyncio.get_running_loop()
+    try:
+        outcome, delivered = await loop.run_in_executor(None, copy_context().run, in_thread)
+    except asyncio.CancelledError:
+        if taken.acquire(blocking=False):
+            running_here.abandon(admitted)
+        raise
+    if outcome is None or delivered:
+        return outcome
+    return await offload.deliver_batched(_conclude_plain, (admitted, outcome, settings))
 
 
 @contextmanager

@@ -61,6 +61,14 @@ The I/O threads (:class:`~executor.pools.offload.IOLanes`) run every step queued
 meanwhile and settle them with one wake-up of the loop, and steps offloaded with
 ``Offload.batched`` (the outcome pushes of plain calls) go to Redis in one pipeline.
 
+**A synchronous tool** runs in one of the executor's threads with the rest of its call
+(:func:`executor.task.run_call_async`): the thread runs the tool and, while the pool runs
+no other call, delivers its outcome itself, as a prefork child does. Handing the outcome
+back to the loop and on to a delivery thread cost a call made one at a time two more
+thread wake-ups, which put the pool's round trip of a ``def`` tool behind prefork's.
+A plain call that ends beside others goes back to the loop and shares the delivery
+lane's pipeline.
+
 **Callbacks** run on the loop thread, as the threads pool runs them on its threads;
 Celery hands the acknowledgements they make to its consumer's event loop (the main
 thread, ``Consumer.call_soon_ack``).
@@ -77,8 +85,10 @@ unaccepted, so its message is unacknowledged and kombu puts it back on its queue
 the consumer closes. A cold shutdown cancels the coroutines.
 
 **Limits.** A coroutine that blocks (never awaits) stalls every call on the loop; a
-synchronous tool past its hard limit cannot be stopped: its caller is answered and its
-thread runs on, holding one executor thread. ``revoke(terminate=True)`` is not
+synchronous tool past its hard limit cannot be stopped: its caller is answered and the
+tool's thread runs on (a thread of its own, :func:`executor.limits.run_bounded`, so the
+executor's thread is free again). A synchronous tool that retries holds its executor
+thread through the pauses between its attempts. ``revoke(terminate=True)`` is not
 supported, as on the threads pool.
 """
 
@@ -173,7 +183,7 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
         self._tools = ThreadPoolExecutor(
             tool_threads(self.limit), thread_name_prefix="toolexec-tool"
         )
-        self._io = IOLanes(IO_THREADS)
+        self._io = IOLanes(IO_THREADS, calls=self._on_loop)
         self._trace: AsyncTrace | None = None  # made when the pool starts
         self._slots = asyncio.Semaphore(self.limit)
         self._waiting: set[asyncio.Task[None]] = set()  # handed over, not accepted yet

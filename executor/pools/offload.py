@@ -65,6 +65,15 @@ class Offload(Protocol):
         """As :meth:`batched`, on the delivery lane: for steps that send outcomes."""
         ...
 
+    def alone(self) -> bool:
+        """Whether the pool runs no call but the asker's: an outcome ready now has no
+        other to share a round trip with, so the thread that has it may send it itself.
+
+        Safe to ask from any thread; the answer may be stale by the time it is used,
+        which costs a batch or a hop, never an outcome.
+        """
+        ...
+
 
 class IOLanes:
     """The pool's :class:`Offload`: lanes for the blocking steps, and lanes of their own
@@ -73,11 +82,19 @@ class IOLanes:
     Args:
         threads: How many threads take the steps.
         delivery_threads: How many threads take the deliveries.
+        calls: How many calls the pool runs now (:meth:`alone` asks it); none by default.
     """
 
-    def __init__(self, threads: int, *, delivery_threads: int = DELIVERY_THREADS) -> None:
+    def __init__(
+        self,
+        threads: int,
+        *,
+        delivery_threads: int = DELIVERY_THREADS,
+        calls: Callable[[], int] = lambda: 0,
+    ) -> None:
         self._steps = _Lanes(threads, name="toolexec-io")
         self._deliveries = _Lanes(delivery_threads, name="toolexec-deliver")
+        self._calls = calls
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start the threads; they settle their futures on ``loop``."""
@@ -103,6 +120,10 @@ class IOLanes:
     ) -> asyncio.Future[T]:
         """Queue ``item`` for ``func``, which delivers outcomes, on the delivery lanes."""
         return self._deliveries.batched(func, item)
+
+    def alone(self) -> bool:
+        """Whether the pool runs at most one call (the asker's): see :meth:`Offload.alone`."""
+        return self._calls() <= 1
 
     def stop(self) -> None:
         """Let each thread finish the steps queued before, then end it (the steps first:
