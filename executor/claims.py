@@ -25,6 +25,19 @@ sends few commands (:mod:`wire.scripts`):
   it tells the claimant and every waiter and, unless an outcome is stored, frees the
   claim and drops this delivery's state, so that a retry runs the call again.
 
+**Replicas** (``TOOLEXEC_REPLICA_ACKS=N``). Redis replicates asynchronously: a master that
+dies takes with it the writes its replicas had not yet received, and a failover promotes
+a replica that never saw them. For an idempotent call that loss could be its begin (so a
+copy of its message, its pop lost too, runs it again on the new master) or its stored
+outcome (so a repeat runs it again once the running state lapses). With N above 0 the
+worker asks Redis to ``WAIT`` for N replicas after each: its tool starts only once N
+replicas have its begin, and with it everything written before it (the client's claim,
+the message and its pop: one replication stream, in order); and its stored outcome goes
+to N replicas before the worker moves on. A begin the replicas do not confirm before the
+call's deadline does not run (:class:`ReplicasBehind`, answered as an expired call); a
+stored outcome they do not confirm within :data:`OUTCOME_REPLICA_WAIT` (or what is left
+of the deadline, if longer) is logged.
+
 **Same-process joins.** :func:`executor.task.admit` begins a keyed call through
 :data:`running_here`, which makes a second delivery of a key that runs in this same
 process join it rather than run it again (the threads and asyncio pools run several
@@ -72,6 +85,7 @@ from executor.registry import ToolDefinition
 from executor.tracing import call_log_fields
 from executor.worker import pid_alive, redis_client, retry_pauses, worker_id
 from wire import keys
+from wire.clock import shared_now
 from wire.copies import START
 from wire.formats import (
     joining_tag,
@@ -89,6 +103,9 @@ from wire.urls import is_amqp_url
 
 __all__ = [
     # Begin and complete
+    "OUTCOME_REPLICA_WAIT",
+    "REPLICA_WAIT",
+    "ReplicasBehind",
     "begin",
     "complete",
     "queue_reply",
@@ -111,6 +128,26 @@ logger = logging.getLogger(__name__)
 
 _REPLY_PREFIX = keys.reply("")
 
+#: Longest one ``WAIT`` for replicas lasts, in seconds: below the socket timeout of the
+#: worker's Redis client (10 s), so that the connection does not give up first. A begin
+#: whose call has longer to live waits again.
+REPLICA_WAIT = 8.0
+#: Shortest wait for the replicas of a stored outcome, in seconds: an outcome that comes
+#: at its call's deadline still gets this long.
+OUTCOME_REPLICA_WAIT = 1.0
+
+
+class ReplicasBehind(Exception):
+    """Fewer replicas than ``TOOLEXEC_REPLICA_ACKS`` had a keyed call's begin by its
+    deadline: the call did not run, and its state, held by ``holder``, is to be let go."""
+
+    def __init__(self, call: CallRequest, *, acks: int, wanted: int, holder: str) -> None:
+        self.holder = holder
+        super().__init__(
+            f"the call to {call.tool!r} was not run: Redis had its start on {acks} of the "
+            f"{wanted} replicas TOOLEXEC_REPLICA_ACKS asks for when its deadline passed"
+        )
+
 
 # -- begin and complete ----------------------------------------------------------------
 
@@ -123,12 +160,18 @@ def begin(
     hostname: str,
     ttl_ms: int,
     patience: float = 0.0,
+    replicas: int = 0,
 ) -> tuple[BeginState, str]:
     """Start a call: ``("run", "")``, ``("stored", outcome JSON)`` or ``("busy", holder)``.
 
     ``patience`` is how long another worker's heartbeat may be missing before its
     state is taken over (the heartbeat interval): a Redis restart can let every
     heartbeat key lapse for a moment, and a live holder's call must not run twice.
+    A keyed call runs only once ``replicas`` replicas have its begin (see the module).
+
+    Raises:
+        ReplicasBehind: They did not have it by the call's deadline; the state is this
+            delivery's still.
     """
     if call.idempotency_key is None:
         # No write here: the worker's heartbeat records who runs a plain call once it
@@ -137,6 +180,7 @@ def begin(
     key = call.idempotency_key
     state_key = keys.state(key)
     if client.set(state_key, running_state(holder), nx=True, px=ttl_ms):
+        _await_replicas(client, call, state_key, ttl_ms=ttl_ms, replicas=replicas, holder=holder)
         return "run", ""
     keys_ = [state_key, keys.waiters(key)]
     waiter = waiter_entry(call.reply_to, call.call_id)
@@ -145,7 +189,51 @@ def begin(
         # The holder died mid-call: take over. Our waiter entry gets the outcome twice
         # at worst (once as claimant), and the client drops the second copy.
         state, value = pair(BEGIN.run(client, keys_, [holder, ttl_ms, "1", waiter]))
+    if state == "run":
+        _await_replicas(client, call, state_key, ttl_ms=ttl_ms, replicas=replicas, holder=holder)
     return cast(BeginState, state), value
+
+
+def _await_replicas(
+    client: redis.Redis,
+    call: CallRequest,
+    state_key: str,
+    *,
+    ttl_ms: int,
+    replicas: int,
+    holder: str,
+) -> None:
+    """Return once ``replicas`` replicas have the begin just written to ``state_key``.
+
+    ``WAIT`` counts the replicas that have every write its own connection made, so each
+    look writes first on the connection it waits on: the state's TTL set again (a write
+    replicated after the begin; the stream is in order). Looks last up to
+    :data:`REPLICA_WAIT` each, until the call's deadline.
+
+    Raises:
+        ReplicasBehind: Fewer had it when the deadline passed.
+    """
+    if not replicas:
+        return
+    while True:
+        left = REPLICA_WAIT if call.deadline is None else call.deadline - shared_now()
+        pipe = client.pipeline(transaction=False)
+        pipe.pexpire(state_key, ttl_ms)
+        pipe.wait(replicas, max(1, int(min(left, REPLICA_WAIT) * 1000)))
+        renewed, acks = pipe.execute()
+        acks = int(acks) if renewed else 0  # nothing written, nothing counted: not ours now
+        if acks >= replicas:
+            return
+        if call.deadline is not None and shared_now() >= call.deadline:
+            raise ReplicasBehind(call, acks=acks, wanted=replicas, holder=holder)
+        logger.warning(
+            "call %s of %s: Redis has its start on %d of %d replicas; waiting on",
+            call.call_id,
+            call.tool,
+            acks,
+            replicas,
+            extra=call_log_fields(call.call_id, call.run_id, call.tool),
+        )
 
 
 def complete(
@@ -157,8 +245,13 @@ def complete(
     holder: str,
     outcome_ttl: int,
     reply_ttl: int,
+    replicas: int = 0,
 ) -> None:
-    """Deliver ``encoded`` to the caller (and to every joiner of an idempotent call)."""
+    """Deliver ``encoded`` to the caller (and to every joiner of an idempotent call).
+
+    An outcome stored is waited for on ``replicas`` replicas (see the module), the
+    caller's push going out first in the same pipeline.
+    """
     if call.idempotency_key is None or store:
         pipe = client.pipeline(transaction=False)
         if call.idempotency_key is not None:
@@ -173,7 +266,22 @@ def complete(
         queue_reply(pipe, call, encoded, reply_ttl=reply_ttl)
         if not len(pipe):
             return
+        waits = bool(replicas and call.idempotency_key is not None)
+        if waits:
+            left = 0.0 if call.deadline is None else call.deadline - shared_now()
+            bound = min(REPLICA_WAIT, max(left, OUTCOME_REPLICA_WAIT))
+            pipe.wait(replicas, int(bound * 1000))
         results = pipe.execute()
+        if waits and results[-1] < replicas:
+            logger.warning(
+                "call %s of %s: Redis has its stored outcome on %d of %d replicas; a "
+                "failover now could forget it",
+                call.call_id,
+                call.tool,
+                results[-1],
+                replicas,
+                extra=call_log_fields(call.call_id, call.run_id, call.tool),
+            )
         if call.idempotency_key is not None and parse_state(results[0]).waiters:
             # The waiter flag: callers joined this execution; tell each of them.
             DELIVER.run(
@@ -272,6 +380,7 @@ class RunningHere:
         worker: str,
         ttl_ms: int,
         patience: float,
+        replicas: int = 0,
     ) -> tuple[BeginState, str, str, threading.Lock | None]:
         """:func:`begin` for a keyed call: (state, value, holder it began as, key lock
         if it runs)."""
@@ -285,7 +394,13 @@ class RunningHere:
             if first:
                 try:
                     state, value = begin(
-                        client, call, holder=tag, hostname=worker, ttl_ms=ttl_ms, patience=patience
+                        client,
+                        call,
+                        holder=tag,
+                        hostname=worker,
+                        ttl_ms=ttl_ms,
+                        patience=patience,
+                        replicas=replicas,
                     )
                 except BaseException:
                     self._end(key, lock)
@@ -305,6 +420,7 @@ class RunningHere:
                         hostname=worker,
                         ttl_ms=ttl_ms,
                         patience=patience,
+                        replicas=replicas,
                     )
                     return state, value, joiner, None
             # The delivery running it here has ended meanwhile: begin afresh.

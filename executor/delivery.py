@@ -88,6 +88,7 @@ def deliver_encoded(
             holder=holder,
             outcome_ttl=settings.outcome_ttl,
             reply_ttl=settings.reply_ttl,
+            replicas=settings.replica_acks,
         )
         if call.handle:
             _end_record(client, call, encoded, settings=settings)

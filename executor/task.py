@@ -32,7 +32,14 @@ import redis
 
 from executor import cancel_state, cancels, observe
 from executor.callers import caller_known_waiting, caller_waits, caller_waits_async, look, shed
-from executor.claims import Admitted, hold, holds_before_ack, may_start, running_here
+from executor.claims import (
+    Admitted,
+    ReplicasBehind,
+    hold,
+    holds_before_ack,
+    may_start,
+    running_here,
+)
 from executor.context import close_progress, open_progress
 from executor.delivery import deliver_encoded, finish, mark_running, push_plain, record_and_encode
 from executor.errors import StoreUnavailable
@@ -44,6 +51,7 @@ from wire import keys
 from wire.models import (
     CallOutcome,
     CallRequest,
+    ErrorKind,
     should_store,
 )
 from wire.scripts import BeginState
@@ -312,15 +320,25 @@ def _admit_call(
         settings=settings,
         hard_timeout=definition.spec.hard_timeout if definition is not None else None,
     )
-    begun = _begin_patiently(
-        client,
-        call,
-        call.idempotency_key,
-        tag=tag,
-        worker=worker,
-        ttl_ms=ttl_ms,
-        patience=settings.heartbeat_interval,
-    )
+    try:
+        begun = _begin_patiently(
+            client,
+            call,
+            call.idempotency_key,
+            tag=tag,
+            worker=worker,
+            ttl_ms=ttl_ms,
+            patience=settings.heartbeat_interval,
+            replicas=settings.replica_acks,
+        )
+    except ReplicasBehind as behind:
+        logger.warning("%s", behind, extra=call_log_fields(call.call_id, call.run_id, call.tool))
+        refusal = CallOutcome.failure(
+            call.call_id, ErrorKind.EXPIRED, "ReplicasBehind", str(behind), worker=worker
+        )
+        # Its state let go, its claim freed, its caller and joiners told: a retry runs it.
+        finish(call, refusal, settings=settings, store=False, holder=behind.holder)
+        return refusal
     if isinstance(begun, CallOutcome):
         finish(call, begun, settings=settings, store=False, holder=tag)
         return begun
@@ -359,6 +377,7 @@ def _begin_patiently(
     worker: str,
     ttl_ms: int,
     patience: float,
+    replicas: int,
 ) -> tuple[BeginState, str, str, threading.Lock | None] | CallOutcome:
     """Begin a keyed call, trying again while Redis is unreachable (it restarts, say).
 
@@ -371,7 +390,14 @@ def _begin_patiently(
     while True:
         try:
             return running_here.begin(
-                client, call, key, tag=tag, worker=worker, ttl_ms=ttl_ms, patience=patience
+                client,
+                call,
+                key,
+                tag=tag,
+                worker=worker,
+                ttl_ms=ttl_ms,
+                patience=patience,
+                replicas=replicas,
             )
         except redis.RedisError as exc:
             refusal = refuse_if_expired(call, worker=worker)

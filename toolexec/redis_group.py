@@ -11,6 +11,7 @@ down, and two of them agree to promote the replica.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import quote, urlencode
@@ -126,7 +127,7 @@ class SentinelServer(_Process):
 
 
 class RedisSentinels:
-    """A master, its replica and three Sentinels, started together and stopped together.
+    """A master, its replicas and three Sentinels, started together and stopped together.
 
     Args:
         directory: Where each server keeps its files (a subdirectory each); temporary
@@ -137,6 +138,12 @@ class RedisSentinels:
         password: The password of both data servers (``requirepass``, and the replica's
             ``masterauth``), which the Sentinels use too; :attr:`url` carries it, as kombu
             reads it: the first Sentinel's URL holds the master's password.
+        relay: Given the first master's port, the port of something in front of it (a
+            test's relay that can hold back the replication stream) through which the
+            replicas and the Sentinels reach it, and so every client the Sentinels send
+            there; None (the default): they reach it directly.
+        replicas: How many replicas (one by default). With ``TOOLEXEC_REPLICA_ACKS=N``,
+            a group that is to serve on after losing its master needs N + 1.
     """
 
     def __init__(
@@ -147,6 +154,8 @@ class RedisSentinels:
         down_after: float = 1.0,
         password: str | None = None,
         tls: TlsFiles | None = None,
+        relay: Callable[[int], int] | None = None,
+        replicas: int = 1,
     ) -> None:
         self.master_name = master_name
         self.down_after = down_after
@@ -164,17 +173,24 @@ class RedisSentinels:
             tls=tls,
             extra_args=auth,
         )
-        self.replica = RedisServer(
-            directory=_sub(root, "replica"),
-            binary=binary,
-            password=password,
-            tls=tls,
-            extra_args=["--replicaof", "127.0.0.1", str(self.master.port), *auth],
-        )
+        #: Where the replicas and the Sentinels reach the first master: its own port, or
+        #: the relay's.
+        self.master_seen_at = self.master.port if relay is None else relay(self.master.port)
+        self.replicas = [
+            RedisServer(
+                directory=_sub(root, "replica" if i == 0 else f"replica-{i}"),
+                binary=binary,
+                password=password,
+                tls=tls,
+                extra_args=["--replicaof", "127.0.0.1", str(self.master_seen_at), *auth],
+            )
+            for i in range(replicas)
+        ]
+        self.replica = self.replicas[0]
         self.sentinels = [
             SentinelServer(
                 master_name=master_name,
-                master_port=self.master.port,
+                master_port=self.master_seen_at,
                 directory=_sub(root, f"sentinel-{i}"),
                 binary=binary,
                 down_after=down_after,
@@ -203,8 +219,8 @@ class RedisSentinels:
 
     @property
     def servers(self) -> list[RedisServer]:
-        """The two data servers: the first master, and its replica."""
-        return [self.master, self.replica]
+        """The data servers: the first master, then its replicas."""
+        return [self.master, *self.replicas]
 
     def start(self, timeout: float = 30.0) -> Self:
         """Start every server; return once the replica is in sync and every Sentinel
@@ -215,7 +231,8 @@ class RedisSentinels:
             TimeoutError: The group did not form within ``timeout`` seconds.
         """
         self.master.start()
-        self.replica.start()
+        for replica in self.replicas:
+            replica.start()
         for sentinel in self.sentinels:
             sentinel.start()
         deadline = time.monotonic() + timeout
@@ -227,13 +244,14 @@ class RedisSentinels:
 
     def _formed(self) -> bool:
         try:
-            with self._data_client(self.replica.port) as replica:
-                if replica.info("replication").get("master_link_status") != "up":
-                    return False
+            for server in self.replicas:
+                with self._data_client(server.port) as replica:
+                    if replica.info("replication").get("master_link_status") != "up":
+                        return False
             for sentinel in self.sentinels:
                 with sentinel.client() as client:
                     master = client.sentinel_master(self.master_name)
-                    if int(master.get("num-slaves", 0)) < 1:
+                    if int(master.get("num-slaves", 0)) < len(self.replicas):
                         return False
                     if int(master.get("num-other-sentinels", 0)) < SENTINELS - 1:
                         return False
@@ -250,7 +268,9 @@ class RedisSentinels:
         return None
 
     def server_on(self, port: int) -> RedisServer:
-        """The data server listening on ``port``."""
+        """The data server listening on ``port``, or reached through it (the relay's)."""
+        if port == self.master_seen_at:
+            return self.master
         return next(server for server in self.servers if server.port == port)
 
     def wait_for_failover(self, old_port: int, timeout: float = 30.0) -> int:
@@ -280,7 +300,7 @@ class RedisSentinels:
 
     def close(self) -> None:
         """Stop every server (by PID) and remove the temporary directories."""
-        for process in [*self.sentinels, self.replica, self.master]:
+        for process in [*self.sentinels, *self.replicas, self.master]:
             process.close()
 
     def __enter__(self) -> Self:

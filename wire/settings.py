@@ -26,7 +26,10 @@ from wire.urls import (
     without_password,
 )
 
-__all__ = ["ENVIRONMENT_VARIABLES", "Settings", "set_environment_variable"]
+__all__ = ["ENVIRONMENT_VARIABLES", "MAX_REPLICA_ACKS", "Settings", "set_environment_variable"]
+
+#: The most replicas ``TOOLEXEC_REPLICA_ACKS`` may ask for.
+MAX_REPLICA_ACKS = 16
 
 
 def set_environment_variable(name: str, value: str) -> None:
@@ -92,6 +95,11 @@ class Settings(BaseModel):
         sentinel_master: The name of the Redis group whose Sentinels a ``sentinel://``
             broker or Redis URL names (:mod:`wire.connect`); required with such a URL,
             refused without one.
+        replica_acks: How many replicas of the Redis of ``redis_url`` must have a keyed
+            call's begin before its tool starts, and its stored outcome before the worker
+            moves on (Redis' ``WAIT``, bounded by the call's deadline): a failover then
+            cannot forget that an idempotent call ran, and run it again. 0 (the default)
+            waits for none.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -118,6 +126,7 @@ class Settings(BaseModel):
     worker_pool: Literal["prefork", "threads", "solo", "asyncio"] | None = None
     task_events: Literal["auto", "on", "off"] = "auto"
     sentinel_master: str | None = Field(default=None, min_length=1)
+    replica_acks: int = Field(default=0, ge=0, le=MAX_REPLICA_ACKS)
 
     @field_validator("broker_url")
     @classmethod
@@ -241,4 +250,5 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "worker_pool": "TOOLEXEC_WORKER_POOL",
     "task_events": "TOOLEXEC_TASK_EVENTS",
     "sentinel_master": "TOOLEXEC_SENTINEL_MASTER",
+    "replica_acks": "TOOLEXEC_REPLICA_ACKS",
 }

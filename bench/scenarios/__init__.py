@@ -15,6 +15,7 @@ from bench.scenarios import (
     idempotency,
     peers,
     redis_commands,
+    replica_acks,
     roundtrip,
     scaling,
     shedding,
@@ -49,4 +50,5 @@ SCENARIOS: tuple[Scenario, ...] = (
     signing,
     peers,
     task_events,
+    replica_acks,
 )

@@ -36,6 +36,7 @@ CHECKS = [
     "signing",
     "same-tools-per-queue",
     "sentinels",
+    "replica-acks",
 ]
 
 
@@ -373,3 +374,14 @@ def test_an_unreachable_redis_fails_the_checks_that_read_it(
     assert failing(checks) == ["ttls", "persistence", "eviction", "same-tools-per-queue"]
     assert "cannot read Redis" in by_name(checks)["ttls"].message
     assert "cannot read the live workers" in by_name(checks)["same-tools-per-queue"].message
+
+
+def test_replica_acks_that_no_replica_can_give_fail_naming_the_count_and_the_fix(
+    admin: redis.Redis, env: dict[str, str]
+) -> None:
+    checks = by_name(run_checks(Settings.from_env({**env, "TOOLEXEC_REPLICA_ACKS": "1"})))
+
+    assert failing(list(checks.values())) == ["replica-acks"]
+    check = checks["replica-acks"]
+    assert "has 0 replica(s) online; TOOLEXEC_REPLICA_ACKS=1" in check.message
+    assert "none runs" in check.message and "attach 1 more replica(s)" in check.fix

@@ -14,6 +14,7 @@ import concurrent.futures
 import itertools
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +30,7 @@ from wire import keys
 from wire.settings import Settings
 
 from .polling import wait_until
+from .replication_relay import ReplicationRelay
 from .tls_support import make_tls_files
 
 if TYPE_CHECKING:
@@ -44,6 +46,8 @@ SLACK = 0.5
 RATE = 60
 SECONDS = 20.0
 KILL_AT = 5.0
+#: In the lossy failover: how long the replication stream is held back before the kill.
+HELD = 1.0
 
 
 def group_env(group: RedisSentinels, data: Path) -> dict[str, str]:
@@ -100,23 +104,12 @@ class Ended:
     outcome: str  # "ok", or the error's class name
 
 
-@pytest.mark.parametrize("pool", ["prefork", "asyncio"])
-def test_a_failover_under_load_ends_every_call_typed_within_its_deadline_and_calls_after_it_succeed(
-    pool: Pool, tmp_path: Path, worker_factory: WorkerFactory
-) -> None:
-    data = tmp_path / "data"
-    with RedisSentinels(tmp_path / "group") as group:
-        env = group_env(group, data)
-        worker_factory(pool=pool, concurrency=4 if pool == "prefork" else 20, env=env)
-        client = ToolClient(Settings.from_env(env))
-        try:
-            echo = remote_tool("failover_echo", timeout=TIMEOUT, client=client)
-            book = remote_tool("failover_book", timeout=TIMEOUT, client=client)
-            assert echo(key="warm") == "warm" and book(key="warm") == "warm"
-            ended, killed_at, known_at = asyncio.run(_load(group, echo, book))
-        finally:
-            client.close()
-
+def _judged(
+    label: str, ended: list[Ended], killed_at: float, known_at: float, data: Path
+) -> tuple[str, list[str]]:
+    """The load's report, checked against what every failover must keep: the load held,
+    every call typed and ended within its deadline, calls after it succeed. Returns the
+    report and the idempotent calls that ran twice."""
     by_kind = collections.Counter(call.outcome for call in ended)
     ran = runs(data)
     twice = sorted(k for k, n in ran.items() if k.startswith("failover_book ") and n > 1)
@@ -125,7 +118,7 @@ def test_a_failover_under_load_ends_every_call_typed_within_its_deadline_and_cal
     after = [call for call in ended if call.started >= known_at]
     failed = [call.started for call in ended if call.outcome != "ok"]
     report = (
-        f"{pool}: {len(ended)} calls, outcomes {dict(by_kind)}; master killed at "
+        f"{label}: {len(ended)} calls, outcomes {dict(by_kind)}; master killed at "
         f"{killed_at:.2f} s, new master known {known_at - killed_at:.2f} s later; longest gap "
         f"between successes {gap:.2f} s; {len(after)} calls sent after it, "
         f"{sum(c.outcome == 'ok' for c in after)} succeeded; idempotent calls run twice: "
@@ -145,16 +138,105 @@ def test_a_failover_under_load_ends_every_call_typed_within_its_deadline_and_cal
     assert not late, f"{len(late)} calls ended past their deadline + {SLACK} s; {report}"
     assert sum(c.outcome == "ok" for c in after) >= 0.99 * len(after), report
     assert len(after) >= RATE * 5, report
+    return report, twice
+
+
+@pytest.mark.parametrize("pool", ["prefork", "asyncio"])
+def test_a_failover_under_load_ends_every_call_typed_within_its_deadline_and_calls_after_it_succeed(
+    pool: Pool, tmp_path: Path, worker_factory: WorkerFactory
+) -> None:
+    data = tmp_path / "data"
+    with RedisSentinels(tmp_path / "group") as group:
+        env = group_env(group, data)
+        worker_factory(pool=pool, concurrency=4 if pool == "prefork" else 20, env=env)
+        client = ToolClient(Settings.from_env(env))
+        try:
+            echo = remote_tool("failover_echo", timeout=TIMEOUT, client=client)
+            book = remote_tool("failover_book", timeout=TIMEOUT, client=client)
+            assert echo(key="warm") == "warm" and book(key="warm") == "warm"
+            ended, killed_at, known_at = asyncio.run(_load(group, echo, book))
+        finally:
+            client.close()
+
+    _judged(pool, ended, killed_at, known_at, data)
+
+
+@pytest.mark.parametrize("acks", [0, 1])
+def test_a_lossy_failover_runs_no_idempotent_call_twice_with_replica_acks(
+    acks: int, tmp_path: Path, worker_factory: WorkerFactory
+) -> None:
+    # Two replicas replicate through a relay that holds their stream back for the last
+    # second before the master dies: the new master never has that second's writes (the
+    # one left confirms what it gets next). Every idempotent call of the load is then
+    # repeated, in the same run, by a second client (the first remembers outcomes).
+    # Sentinel's down-after is 2 s here: at 1 s, a Sentinel that had just switched to the
+    # new master took it for down before its first PING was due, and a second failover
+    # left the group without a replica for 11 s.
+    data = tmp_path / "data"
+    relays: list[ReplicationRelay] = []
+
+    def relay(port: int) -> int:
+        relays.append(ReplicationRelay(port).start())
+        return relays[-1].port
+
+    try:
+        group = RedisSentinels(tmp_path / "group", relay=relay, replicas=2, down_after=2.0)
+        with group, run_scope() as run:
+            env = {**group_env(group, data), "TOOLEXEC_REPLICA_ACKS": str(acks)}
+            worker_factory(pool="prefork", concurrency=8, env=env)
+            settings = Settings.from_env(env)
+            client, again = ToolClient(settings), ToolClient(settings)
+            try:
+                echo = remote_tool("failover_echo", timeout=TIMEOUT, client=client)
+                book = remote_tool("failover_book", timeout=TIMEOUT, client=client)
+                assert echo(key="warm") == "warm" and book(key="warm") == "warm"
+                ended, killed_at, known_at = asyncio.run(
+                    _load(group, echo, book, hold=relays[0].hold)
+                )
+                booked = [c.key for c in ended if c.tool == "failover_book" and c.outcome == "ok"]
+                repeat = remote_tool("failover_book", timeout=TIMEOUT, client=again)
+                repeated = asyncio.run(_repeat(repeat, booked))
+            finally:
+                client.close()
+                again.close()
+    finally:
+        for each in relays:
+            each.close()
+
+    assert run and relays[0].replication_links == 2  # both replicas' streams were held
+    report, twice = _judged(f"replica acks {acks}", ended, killed_at, known_at, data)
+    print(f"repeats of the {len(booked)} idempotent calls that succeeded: {dict(repeated)}")
+    if acks:
+        assert not twice, report
+    else:
+        assert twice, f"the failover lost no write the repeats could show; {report}"
+
+
+async def _repeat(book: Any, keys_: list[str]) -> collections.Counter[str]:
+    """Call ``book`` again for each key, 20 at a time; the outcomes by kind."""
+    gate = asyncio.Semaphore(20)
+
+    async def one(key: str) -> str:
+        async with gate:
+            try:
+                await book.invoke({"key": key})
+            except RemoteToolError as exc:
+                return type(exc).__name__
+            return "ok"
+
+    return collections.Counter(await asyncio.gather(*(one(key) for key in keys_)))
 
 
 #: What a caller may hear of a call the failover touched (each a ``RemoteToolError``).
 _TYPED = ("BrokerUnavailable", "ToolOutcomeUnknown", "ToolTimeoutError", "WorkerLost")
 
 
-async def _load(group: RedisSentinels, echo: Any, book: Any) -> tuple[list[Ended], float, float]:
-    """Calls at :data:`RATE` for :data:`SECONDS`; the master SIGKILLed at :data:`KILL_AT`.
-    Returns each call, when the master was killed and when its successor was known
-    (seconds from the start)."""
+async def _load(
+    group: RedisSentinels, echo: Any, book: Any, *, hold: Callable[[], None] | None = None
+) -> tuple[list[Ended], float, float]:
+    """Calls at :data:`RATE` for :data:`SECONDS`; the master SIGKILLed at :data:`KILL_AT`
+    (``hold`` called :data:`HELD` seconds before it). Returns each call, when the master
+    was killed and when its successor was known (seconds from the start)."""
     loop = asyncio.get_running_loop()
     start = time.monotonic()
     ended: list[Ended] = []
@@ -163,6 +245,9 @@ async def _load(group: RedisSentinels, echo: Any, book: Any) -> tuple[list[Ended
     def kill_and_wait() -> None:
         old = group.master_port()
         assert old is not None
+        if hold is not None:
+            hold()
+            time.sleep(HELD)  # the writes of this second reach the master alone
         group.server_on(old).kill()
         moments["killed"] = time.monotonic() - start
         group.wait_for_failover(old, timeout=30)
@@ -185,7 +270,7 @@ async def _load(group: RedisSentinels, echo: Any, book: Any) -> tuple[list[Ended
         for i in range(int(RATE * SECONDS)):
             at = start + i / RATE
             await asyncio.sleep(max(0.0, at - time.monotonic()))
-            if killing is None and time.monotonic() - start >= KILL_AT:
+            if killing is None and time.monotonic() - start >= KILL_AT - (HELD if hold else 0):
                 killing = loop.run_in_executor(killer, kill_and_wait)
             key = uuid.uuid4().hex
             tool, name = (book, "failover_book") if i % 2 else (echo, "failover_echo")

@@ -51,6 +51,7 @@ def test_defaults_without_any_variable() -> None:
         ("TOOLEXEC_MAX_ARGUMENT_BYTES", "2048", "max_argument_bytes", 2048),
         ("TOOLEXEC_MAX_RESULT_BYTES", "4096", "max_result_bytes", 4096),
         ("TOOLEXEC_DATA_DIR", "/srv/toolexec", "data_dir", "/srv/toolexec"),
+        ("TOOLEXEC_REPLICA_ACKS", "2", "replica_acks", 2),
     ],
 )
 def test_each_variable_is_parsed_into_its_field(
@@ -109,6 +110,10 @@ def test_overrides_win_over_the_environment() -> None:
         ("TOOLEXEC_MAX_ARGUMENT_BYTES", "1MB"),
         ("TOOLEXEC_MAX_RESULT_BYTES", "-5"),
         ("TOOLEXEC_REDIS_URL", "http://cache:6379"),
+        ("TOOLEXEC_REPLICA_ACKS", "-1"),
+        ("TOOLEXEC_REPLICA_ACKS", "one"),
+        ("TOOLEXEC_REPLICA_ACKS", "1.5"),
+        ("TOOLEXEC_REPLICA_ACKS", "17"),
     ],
 )
 def test_a_value_that_does_not_parse_is_a_configuration_error_naming_the_variable(

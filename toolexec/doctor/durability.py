@@ -11,7 +11,10 @@
   persistence`` (``CONFIG GET`` if that is refused);
 * ``eviction``: Redis evicts no key when it is full (``maxmemory-policy noeviction``):
   an evicting Redis drops the claims, holder records and heartbeats that keep calls
-  from running twice (a worker refuses to start on one).
+  from running twice (a worker refuses to start on one);
+* ``replica-acks``: with ``TOOLEXEC_REPLICA_ACKS=N``, the Redis of ``TOOLEXEC_REDIS_URL``
+  has at least N replicas online (``INFO replication``), which every idempotent call
+  waits for before it runs.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from wire.models import ToolSpec
 from wire.redis_errors import explain
 from wire.settings import ENVIRONMENT_VARIABLES, Settings
 
-__all__ = ["eviction", "persistence", "ttls", "visibility_timeout"]
+__all__ = ["eviction", "persistence", "replica_acks", "ttls", "visibility_timeout"]
 
 #: Keys under ``toolexec:`` that live without a TTL by design.
 _NO_TTL = frozenset({keys.CATALOG, keys.WORKERS})
@@ -184,4 +187,46 @@ def eviction(settings: Settings, client: redis.Redis) -> Check:
         )
     return passed(
         "eviction", f"maxmemory-policy {KEEPS_KEYS}: a full Redis refuses writes and evicts nothing"
+    )
+
+
+# -- replica-acks ------------------------------------------------------------------------
+
+
+def replica_acks(settings: Settings, client: redis.Redis) -> Check:
+    """The replica-acks check: the store's master has the replicas
+    ``TOOLEXEC_REPLICA_ACKS`` waits for, online."""
+    wanted = settings.replica_acks
+    if not wanted:
+        return passed(
+            "replica-acks",
+            "TOOLEXEC_REPLICA_ACKS is 0: no write waits for a replica (a failover may lose "
+            "the writes a replica had not received: docs/deploy.md)",
+        )
+    where = f"Redis at {shown(settings.redis_url)}"
+    try:
+        replication = client.info("replication")
+    except redis.RedisError as exc:
+        return cannot_read("replica-acks", f"the replication of {where}", explain(exc))
+    online = [
+        value
+        for name, value in replication.items()
+        if name.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+    ]
+    if len(online) < wanted:
+        return failed(
+            "replica-acks",
+            f"{where} has {len(online)} replica(s) online; TOOLEXEC_REPLICA_ACKS={wanted} has "
+            "every idempotent call wait for that many before it runs, so none runs: each "
+            "ends at its deadline",
+            fix=(
+                f"attach {wanted - len(online)} more replica(s) to it (a Sentinel group that is "
+                f"to serve on after losing its master needs {wanted + 1}), or lower "
+                "TOOLEXEC_REPLICA_ACKS"
+            ),
+        )
+    return passed(
+        "replica-acks",
+        f"{where} has {len(online)} replica(s) online; an idempotent call runs once "
+        f"{wanted} have its start, and its stored outcome is waited for on as many",
     )

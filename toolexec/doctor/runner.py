@@ -16,7 +16,13 @@ import redis
 
 from toolexec.commands.exits import ExitCode
 from toolexec.doctor.check import Check
-from toolexec.doctor.durability import eviction, persistence, ttls, visibility_timeout
+from toolexec.doctor.durability import (
+    eviction,
+    persistence,
+    replica_acks,
+    ttls,
+    visibility_timeout,
+)
 from toolexec.doctor.fleet import catalog_specs, same_tools_per_queue
 from toolexec.doctor.security import json_only, signing, transport_security
 from toolexec.doctor.sentinels import sentinels
@@ -70,6 +76,7 @@ def run_checks(
             signing(settings),
             same_tools_per_queue(redis_client),
             sentinels(settings),
+            replica_acks(settings, redis_client),
         ]
     finally:
         if own_client:
