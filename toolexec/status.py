@@ -217,6 +217,8 @@ def status_snapshot(
     worker: str | None = None,
     broker_url: str | None = None,
     sentinel_master: str | None = None,
+    redis_url: str | None = None,
+    broker: redis.Redis | None = None,
 ) -> dict[str, Any]:
     """Everything ``toolexec status`` shows, as JSON-ready data.
 
@@ -241,6 +243,11 @@ def status_snapshot(
         worker: Only the workers of this node name, host name or worker id.
         broker_url: Where the queues are (``settings.broker_url``), when not in ``client``:
             another Redis, or RabbitMQ (``amqp://``).
+        sentinel_master: The group a ``sentinel://`` broker URL names.
+        redis_url: ``client``'s URL (``settings.redis_url``): a broker URL that is the
+            same is read through ``client`` (a Sentinel group's master among them).
+        broker: A client of the broker's Redis, when it is another: kept by a caller that
+            takes many snapshots (``status --watch``); made for this one when omitted.
 
     Raises:
         redis.RedisError: Redis cannot be reached.
@@ -254,7 +261,7 @@ def status_snapshot(
     )
     broker_error = None
     try:
-        depths = _depths(client, queues, broker_url, sentinel_master)
+        depths = _depths(client, queues, broker_url, sentinel_master, redis_url, broker)
     except BrokerUnreachable as exc:
         depths, broker_error = {}, str(exc)
     counts = read_counts(client, live.now)
@@ -285,24 +292,38 @@ def status_snapshot(
 
 
 def _depths(
-    client: redis.Redis, queues: list[str], broker_url: str | None, sentinel_master: str | None
+    client: redis.Redis,
+    queues: list[str],
+    broker_url: str | None,
+    sentinel_master: str | None,
+    redis_url: str | None,
+    broker: redis.Redis | None,
 ) -> dict[str, int]:
-    if broker_url is None or is_redis_url(broker_url) and _same_server(client, broker_url):
+    if broker_url is None or broker_url == redis_url or broker_is_client(client, broker_url):
         return queue_depths(client, queues)
-    if is_redis_url(broker_url):
-        try:
-            with sync_client(
-                broker_url,
-                master=sentinel_master,
-                socket_connect_timeout=2.0,
-                socket_timeout=5.0,
-            ) as broker:
-                return queue_depths(broker, queues)
-        except redis.RedisError as exc:
-            raise BrokerUnreachable(
-                f"the broker's Redis at {_location(broker_url)} is unreachable: {exc}"
-            ) from exc
-    return amqp_queue_depths(broker_url, queues)
+    if not is_redis_url(broker_url):
+        return amqp_queue_depths(broker_url, queues)
+    try:
+        if broker is not None:
+            return queue_depths(broker, queues)
+        with broker_client(broker_url, sentinel_master) as made:
+            return queue_depths(made, queues)
+    except redis.RedisError as exc:
+        raise BrokerUnreachable(
+            f"the broker's Redis at {_location(broker_url)} is unreachable: {exc}"
+        ) from exc
+
+
+def broker_is_client(client: redis.Redis, broker_url: str) -> bool:
+    """Whether the broker's queues are in ``client``'s Redis (one server's URL alike)."""
+    return is_redis_url(broker_url) and _same_server(client, broker_url)
+
+
+def broker_client(broker_url: str, sentinel_master: str | None) -> redis.Redis:
+    """A client of the broker's Redis, as ``toolexec status`` reads its queues."""
+    return sync_client(
+        broker_url, master=sentinel_master, socket_connect_timeout=2.0, socket_timeout=5.0
+    )
 
 
 def _location(url: str) -> str:

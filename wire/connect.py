@@ -37,6 +37,7 @@ __all__ = [
     "SentinelGroup",
     "async_pool",
     "close_sentinels",
+    "sentinel_connections",
     "sentinel_group",
     "kombu_url",
     "sync_client",
@@ -248,6 +249,20 @@ def async_pool(
 #: Seconds a Sentinel may take to connect or answer (less if the caller's bound is less):
 #: one that is down or frozen must not hold up the look at the next.
 SENTINEL_TIMEOUT = 1.0
+
+
+def sentinel_connections(pool: redis.asyncio.ConnectionPool) -> list[Any]:
+    """The connections :func:`async_pool`'s pool has made to the Sentinels so far (none
+    for a server's own URL), idle and in use alike."""
+    manager = getattr(pool, "sentinel_manager", None)
+    found: list[Any] = []
+    for sentinel in getattr(manager, "sentinels", ()):
+        sentinels_pool = sentinel.connection_pool
+        found += [
+            *getattr(sentinels_pool, "_available_connections", ()),
+            *getattr(sentinels_pool, "_in_use_connections", ()),
+        ]
+    return found
 
 
 async def close_sentinels(pool: redis.asyncio.ConnectionPool) -> None:

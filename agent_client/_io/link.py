@@ -26,7 +26,7 @@ import redis.asyncio.sentinel
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from wire.connect import async_pool, close_sentinels, sentinel_group
+from wire.connect import async_pool, close_sentinels, sentinel_connections, sentinel_group
 from wire.scripts import is_noscript, reloading
 
 #: One argument of a Redis command.
@@ -255,20 +255,22 @@ class Link:
         await asyncio.sleep(0)  # the transport closes its socket on the loop's next turn
 
     def forget(self) -> None:
-        """In a forked child: close this process's copy of the socket, and nothing else.
+        """In a forked child: close this process's copy of each socket, and nothing else:
+        the connection's, and those to its Sentinels (a ``sentinel://`` URL).
 
-        The socket is the parent's too: nothing is written on it or shut down, and the
-        loop is not asked to unregister it (its epoll set is the parent's as well).
+        The sockets are the parent's too: nothing is written on them or shut down, and the
+        loop is not asked to unregister them (its epoll set is the parent's as well).
         """
         # The objects stay referenced (the run is kept, see loop._forget): collected, the
         # stream writer would close its transport, unregistering it from the shared set.
-        transport = _transport(self._conn) if self._conn is not None else None
-        if transport is not None:
-            # asyncio hands out its socket wrapped, without close(): close the one inside.
-            wrapped = transport.get_extra_info("socket")
-            sock = getattr(wrapped, "_sock", wrapped)
-            if isinstance(sock, socket.socket):
-                sock.close()
+        for conn in (self._conn, *sentinel_connections(self._pool)):
+            transport = _transport(conn) if conn is not None else None
+            if transport is not None:
+                # asyncio hands out its socket wrapped, without close(): close the one inside.
+                wrapped = transport.get_extra_info("socket")
+                sock = getattr(wrapped, "_sock", wrapped)
+                if isinstance(sock, socket.socket):
+                    sock.close()
 
 
 async def _handshake(conn: Any) -> None:

@@ -12,6 +12,10 @@ import asyncio
 import collections
 import concurrent.futures
 import itertools
+import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
 import pytest
 import redis
 
@@ -279,6 +284,80 @@ async def _load(
         assert killing is not None
         await killing
     return ended, moments["killed"], moments["known"]
+
+
+def test_a_forked_child_keeps_no_copy_of_its_parents_connections_to_the_sentinels(
+    tmp_path: Path, worker_factory: WorkerFactory
+) -> None:
+    with RedisSentinels(tmp_path / "group") as group:
+        env = group_env(group, tmp_path / "data")
+        worker_factory(pool="prefork", concurrency=1, env=env)
+        client = ToolClient(Settings.from_env(env))
+        try:
+            assert remote_tool("failover_echo", timeout=10, client=client)(key="p") == "p"
+            ports = {sentinel.port for sentinel in group.sentinels}
+            inherited = _to_sentinels(ports)
+            assert inherited  # the parent's client asked them for the master, and keeps them
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: its copies are let go of as it starts
+                try:
+                    kept = sorted(_to_sentinels(ports) & inherited)
+                    os.write(write, json.dumps(kept).encode())
+                finally:
+                    os._exit(0)
+            os.close(write)
+            with os.fdopen(read) as answer:
+                kept = json.loads(answer.read())
+            os.waitpid(pid, 0)
+            assert kept == []
+            assert _to_sentinels(ports) >= inherited  # the parent's own are untouched
+            assert remote_tool("failover_echo", timeout=10, client=client)(key="q") == "q"
+        finally:
+            client.close()
+
+
+def test_status_watch_asks_the_sentinels_once_not_at_every_snapshot(tmp_path: Path) -> None:
+    with RedisSentinels(tmp_path / "group") as group:
+        env = {**os.environ, **group_env(group, tmp_path / "data")}
+
+        def connections() -> int:
+            total = 0
+            for sentinel in group.sentinels:
+                with sentinel.client() as client:
+                    total += int(client.info("stats")["total_connections_received"])
+            return total
+
+        def watch(snapshots: int) -> int:
+            """Connections the Sentinels took while ``status --watch`` took ``snapshots``."""
+            before = connections()
+            watched = subprocess.run(
+                [sys.executable, "-m", "toolexec", "status", "--watch", "--json"]
+                + ["--count", str(snapshots), "--interval", "0.1"],
+                check=False,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert watched.returncode == 0, watched.stderr
+            assert len(watched.stdout.splitlines()) == snapshots
+            return connections() - before - len(group.sentinels)  # less the looks' own
+
+        few, many = watch(2), watch(10)
+
+    # The watch's client asks the Sentinels as it connects; a client made for each
+    # snapshot's queues asked them again at every one (8 snapshots more: 8 more).
+    assert many - few <= 1, f"{few} connections for 2 snapshots, {many} for 10"
+
+
+def _to_sentinels(ports: set[int]) -> set[tuple[str, int]]:
+    """This process's open TCP connections to a Sentinel on ``ports``, by local address."""
+    return {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.Process().net_connections("tcp")
+        if c.raddr and c.raddr.port in ports
+    }
 
 
 def test_the_doctor_sees_the_group_whole_then_names_a_replica_gone_and_a_sentinel_gone(

@@ -26,6 +26,7 @@ from toolexec.commands.exits import CommandFailed, ExitCode, one_line
 from toolexec.commands.render import status_view, tools_view
 from wire.connect import sync_client
 from wire.settings import Settings
+from wire.urls import is_redis_url
 
 __all__ = ["list_tools", "show_status"]
 
@@ -78,6 +79,7 @@ def show_status(
                 worker=only,
                 broker_url=settings.broker_url,
                 sentinel_master=settings.sentinel_master,
+                redis_url=settings.redis_url,
             )
             _show(snapshot, as_json=as_json)
             if only is not None:
@@ -87,30 +89,52 @@ def show_status(
                 raise CommandFailed(snapshot["broker_error"], ExitCode.BROKER_UNAVAILABLE)
             return
         snapshots = range(count) if count is not None else itertools.count()
-        try:
-            if as_json:
-                for n in snapshots:
-                    if n:
+        with _broker(settings, client) as broker:
+            try:
+                if as_json:
+                    for n in snapshots:
+                        if n:
+                            time.sleep(interval)
+                        _show(_snapshot_or_error(client, broker, only, settings), as_json=True)
+                    return
+                first = status_snapshot(
+                    client,
+                    worker=only,
+                    broker_url=settings.broker_url,
+                    sentinel_master=settings.sentinel_master,
+                    redis_url=settings.redis_url,
+                    broker=broker,
+                )
+                with Live(status_view(first), auto_refresh=False) as live:
+                    for _ in itertools.islice(snapshots, 1, None):
                         time.sleep(interval)
-                    _show(_snapshot_or_error(client, only, settings), as_json=True)
+                        snapshot = _snapshot_or_error(client, broker, only, settings)
+                        if "error" not in snapshot:
+                            live.update(status_view(snapshot), refresh=True)
+            except KeyboardInterrupt:
                 return
-            first = status_snapshot(
-                client,
-                worker=only,
-                broker_url=settings.broker_url,
-                sentinel_master=settings.sentinel_master,
-            )
-            with Live(status_view(first), auto_refresh=False) as live:
-                for _ in itertools.islice(snapshots, 1, None):
-                    time.sleep(interval)
-                    snapshot = _snapshot_or_error(client, only, settings)
-                    if "error" not in snapshot:
-                        live.update(status_view(snapshot), refresh=True)
-        except KeyboardInterrupt:
-            return
 
 
-def _snapshot_or_error(client: redis.Redis, only: str | None, settings: Settings) -> dict[str, Any]:
+@contextmanager
+def _broker(settings: Settings, client: redis.Redis) -> Iterator[redis.Redis | None]:
+    """For a watch: one client of the broker's Redis for every snapshot, when it is not
+    ``client``'s (None: the queues are in ``client``'s Redis, or on RabbitMQ)."""
+    from toolexec.status import broker_client, broker_is_client
+
+    url = settings.broker_url
+    if url == settings.redis_url or not is_redis_url(url) or broker_is_client(client, url):
+        yield None
+        return
+    broker = broker_client(url, settings.sentinel_master)
+    try:
+        yield broker
+    finally:
+        broker.close()
+
+
+def _snapshot_or_error(
+    client: redis.Redis, broker: redis.Redis | None, only: str | None, settings: Settings
+) -> dict[str, Any]:
     from toolexec.status import status_snapshot
 
     try:
@@ -119,6 +143,8 @@ def _snapshot_or_error(client: redis.Redis, only: str | None, settings: Settings
             worker=only,
             broker_url=settings.broker_url,
             sentinel_master=settings.sentinel_master,
+            redis_url=settings.redis_url,
+            broker=broker,
         )
     except redis.RedisError as exc:
         print(f"toolexec: Redis is unreachable: {one_line(str(exc))}", file=sys.stderr, flush=True)
