@@ -31,12 +31,14 @@ a replica that never saw them. For an idempotent call that loss could be its beg
 copy of its message, its pop lost too, runs it again on the new master) or its stored
 outcome (so a repeat runs it again once the running state lapses). With N above 0 the
 worker asks Redis to ``WAIT`` for N replicas after each: its tool starts only once N
-replicas have its begin, and with it everything written before it (the client's claim,
-the message and its pop: one replication stream, in order); and its stored outcome goes
-to N replicas before the worker moves on. A begin the replicas do not confirm before the
-call's deadline does not run (:class:`ReplicasBehind`, answered as an expired call); a
-stored outcome they do not confirm within :data:`OUTCOME_REPLICA_WAIT` (or what is left
-of the deadline, if longer) is logged.
+replicas have its begin, and with it everything written before it on that Redis (the
+client's claim; the message and its pop when the broker is the same Redis: one
+replication stream, in order); a begin lost meanwhile (a failover) is made again. Once
+its callers have it, its stored outcome is waited for on N replicas. A begin the
+replicas do not confirm before the call's deadline (or, without one, before its running
+state would lapse) does not run (:class:`~executor.errors.ReplicasBehind`, answered as an
+expired call); a stored outcome they do not confirm within what is left of the deadline
+(at least :data:`OUTCOME_REPLICA_WAIT`, at most :data:`REPLICA_WAIT`) is logged.
 
 **Same-process joins.** :func:`executor.task.admit` begins a keyed call through
 :data:`running_here`, which makes a second delivery of a key that runs in this same
@@ -72,7 +74,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
@@ -80,7 +82,7 @@ from typing import Any, cast
 import redis
 from redis.client import Pipeline
 
-from executor.errors import StoreUnavailable
+from executor.errors import ReplicasBehind, StoreUnavailable
 from executor.registry import ToolDefinition
 from executor.tracing import call_log_fields
 from executor.worker import pid_alive, redis_client, retry_pauses, worker_id
@@ -97,7 +99,16 @@ from wire.formats import (
     waiter_entry,
 )
 from wire.models import CallRequest
-from wire.scripts import BEGIN, COMPLETE, DELIVER, RELEASE, RELEASE_HOLDER, BeginState, pair
+from wire.scripts import (
+    BEGIN,
+    COMPLETE,
+    DELIVER,
+    RELEASE,
+    RELEASE_HOLDER,
+    RENEW,
+    BeginState,
+    pair,
+)
 from wire.settings import Settings
 from wire.urls import is_amqp_url
 
@@ -105,7 +116,6 @@ __all__ = [
     # Begin and complete
     "OUTCOME_REPLICA_WAIT",
     "REPLICA_WAIT",
-    "ReplicasBehind",
     "begin",
     "complete",
     "queue_reply",
@@ -137,18 +147,6 @@ REPLICA_WAIT = 8.0
 OUTCOME_REPLICA_WAIT = 1.0
 
 
-class ReplicasBehind(Exception):
-    """Fewer replicas than ``TOOLEXEC_REPLICA_ACKS`` had a keyed call's begin by its
-    deadline: the call did not run, and its state, held by ``holder``, is to be let go."""
-
-    def __init__(self, call: CallRequest, *, acks: int, wanted: int, holder: str) -> None:
-        self.holder = holder
-        super().__init__(
-            f"the call to {call.tool!r} was not run: Redis had its start on {acks} of the "
-            f"{wanted} replicas TOOLEXEC_REPLICA_ACKS asks for when its deadline passed"
-        )
-
-
 # -- begin and complete ----------------------------------------------------------------
 
 
@@ -167,11 +165,11 @@ def begin(
     ``patience`` is how long another worker's heartbeat may be missing before its
     state is taken over (the heartbeat interval): a Redis restart can let every
     heartbeat key lapse for a moment, and a live holder's call must not run twice.
-    A keyed call runs only once ``replicas`` replicas have its begin (see the module).
+    A keyed call runs only once ``replicas`` replicas have its begin (see the module);
+    a begin whose state is lost meanwhile (a failover) is made again.
 
     Raises:
-        ReplicasBehind: They did not have it by the call's deadline; the state is this
-            delivery's still.
+        ReplicasBehind: They did not have it in time; the state is this delivery's still.
     """
     if call.idempotency_key is None:
         # No write here: the worker's heartbeat records who runs a plain call once it
@@ -179,53 +177,72 @@ def begin(
         return "run", ""
     key = call.idempotency_key
     state_key = keys.state(key)
-    if client.set(state_key, running_state(holder), nx=True, px=ttl_ms):
-        _await_replicas(client, call, state_key, ttl_ms=ttl_ms, replicas=replicas, holder=holder)
-        return "run", ""
-    keys_ = [state_key, keys.waiters(key)]
-    waiter = waiter_entry(call.reply_to, call.call_id)
-    state, value = pair(BEGIN.run(client, keys_, [holder, ttl_ms, "0", waiter]))
-    if state == "busy" and not _alive(client, value, hostname=hostname, patience=patience):
-        # The holder died mid-call: take over. Our waiter entry gets the outcome twice
-        # at worst (once as claimant), and the client drops the second copy.
-        state, value = pair(BEGIN.run(client, keys_, [holder, ttl_ms, "1", waiter]))
-    if state == "run":
-        _await_replicas(client, call, state_key, ttl_ms=ttl_ms, replicas=replicas, holder=holder)
-    return cast(BeginState, state), value
+    left = _time_left(call, ttl_ms)
+    while True:
+        if client.set(state_key, running_state(holder), nx=True, px=ttl_ms):
+            state, value = "run", ""
+        else:
+            keys_ = [state_key, keys.waiters(key)]
+            waiter = waiter_entry(call.reply_to, call.call_id)
+            state, value = pair(BEGIN.run(client, keys_, [holder, ttl_ms, "0", waiter]))
+            if state == "busy" and not _alive(client, value, hostname=hostname, patience=patience):
+                # The holder died mid-call: take over. Our waiter entry gets the outcome
+                # twice at worst (once as claimant), and the client drops the second copy.
+                state, value = pair(BEGIN.run(client, keys_, [holder, ttl_ms, "1", waiter]))
+        if state != "run" or _replicated(
+            client, call, state_key, holder=holder, ttl_ms=ttl_ms, replicas=replicas, left=left
+        ):
+            return cast(BeginState, state), value
 
 
-def _await_replicas(
+def _time_left(call: CallRequest, ttl_ms: int) -> Callable[[], float]:
+    """Seconds a begin may wait for replicas, from now on: until the call's deadline, or
+    for a call without one, as long as its running state lasts."""
+    if call.deadline is not None:
+        deadline = call.deadline
+        return lambda: deadline - shared_now()
+    ends = time.monotonic() + ttl_ms / 1000
+    return lambda: ends - time.monotonic()
+
+
+def _replicated(
     client: redis.Redis,
     call: CallRequest,
     state_key: str,
     *,
+    holder: str,
     ttl_ms: int,
     replicas: int,
-    holder: str,
-) -> None:
-    """Return once ``replicas`` replicas have the begin just written to ``state_key``.
+    left: Callable[[], float],
+) -> bool:
+    """Whether ``replicas`` replicas have the begin just written to ``state_key`` (True,
+    at once for none), or the state is not ``holder``'s any more (False: begin again).
 
     ``WAIT`` counts the replicas that have every write its own connection made, so each
-    look writes first on the connection it waits on: the state's TTL set again (a write
-    replicated after the begin; the stream is in order). Looks last up to
-    :data:`REPLICA_WAIT` each, until the call's deadline.
+    look writes first on the connection it waits on: the state's TTL set again, if
+    ``holder`` still holds it (:data:`wire.scripts.RENEW`; a write replicated after the
+    begin, and the stream is in order). Each look lasts up to :data:`REPLICA_WAIT`.
 
     Raises:
-        ReplicasBehind: Fewer had it when the deadline passed.
+        ReplicasBehind: Fewer had it when ``left`` ran out.
     """
     if not replicas:
-        return
+        return True
     while True:
-        left = REPLICA_WAIT if call.deadline is None else call.deadline - shared_now()
-        pipe = client.pipeline(transaction=False)
-        pipe.pexpire(state_key, ttl_ms)
-        pipe.wait(replicas, max(1, int(min(left, REPLICA_WAIT) * 1000)))
-        renewed, acks = pipe.execute()
-        acks = int(acks) if renewed else 0  # nothing written, nothing counted: not ours now
+        bound = max(1, int(min(left(), REPLICA_WAIT) * 1000))
+        renewed, acks = _renew_and_wait(client, state_key, holder, ttl_ms, replicas, bound)
+        if not renewed:
+            return False
         if acks >= replicas:
-            return
-        if call.deadline is not None and shared_now() >= call.deadline:
-            raise ReplicasBehind(call, acks=acks, wanted=replicas, holder=holder)
+            return True
+        if left() <= 0:
+            raise ReplicasBehind(
+                call,
+                acks=acks,
+                wanted=replicas,
+                holder=holder,
+                why="its deadline passed" if call.deadline is not None else "its state lapsed",
+            )
         logger.warning(
             "call %s of %s: Redis has its start on %d of %d replicas; waiting on",
             call.call_id,
@@ -234,6 +251,22 @@ def _await_replicas(
             replicas,
             extra=call_log_fields(call.call_id, call.run_id, call.tool),
         )
+
+
+def _renew_and_wait(
+    client: redis.Redis, state_key: str, holder: str, ttl_ms: int, replicas: int, bound_ms: int
+) -> tuple[bool, int]:
+    """:data:`~wire.scripts.RENEW` then ``WAIT``, on one connection: (renewed, acks).
+
+    The script goes by its source (``EVAL``), not by its SHA as every other run does
+    (:meth:`~wire.scripts.LuaScript.run`): a ``NOSCRIPT`` (a new master after a failover
+    knows no script) would fail the write while the ``WAIT`` behind it still waited.
+    """
+    pipe = client.pipeline(transaction=False)
+    pipe.eval(RENEW.source, 1, state_key, holder, ttl_ms)
+    pipe.wait(replicas, bound_ms)
+    renewed, acks = pipe.execute()
+    return bool(renewed), int(acks)
 
 
 def complete(
@@ -249,8 +282,8 @@ def complete(
 ) -> None:
     """Deliver ``encoded`` to the caller (and to every joiner of an idempotent call).
 
-    An outcome stored is waited for on ``replicas`` replicas (see the module), the
-    caller's push going out first in the same pipeline.
+    An outcome stored is then waited for on ``replicas`` replicas (see the module), once
+    the caller and the joiners have it.
     """
     if call.idempotency_key is None or store:
         pipe = client.pipeline(transaction=False)
@@ -266,27 +299,14 @@ def complete(
         queue_reply(pipe, call, encoded, reply_ttl=reply_ttl)
         if not len(pipe):
             return
-        waits = bool(replicas and call.idempotency_key is not None)
-        if waits:
-            left = 0.0 if call.deadline is None else call.deadline - shared_now()
-            bound = min(REPLICA_WAIT, max(left, OUTCOME_REPLICA_WAIT))
-            pipe.wait(replicas, int(bound * 1000))
         results = pipe.execute()
-        if waits and results[-1] < replicas:
-            logger.warning(
-                "call %s of %s: Redis has its stored outcome on %d of %d replicas; a "
-                "failover now could forget it",
-                call.call_id,
-                call.tool,
-                results[-1],
-                replicas,
-                extra=call_log_fields(call.call_id, call.run_id, call.tool),
-            )
         if call.idempotency_key is not None and parse_state(results[0]).waiters:
             # The waiter flag: callers joined this execution; tell each of them.
             DELIVER.run(
                 client, [keys.waiters(call.idempotency_key)], [encoded, reply_ttl, _REPLY_PREFIX]
             )
+        if replicas and call.idempotency_key is not None:
+            _outcome_replicated(client, call, outcome_ttl=outcome_ttl, replicas=replicas)
         return
     key = call.idempotency_key
     claimant = waiter_entry(call.reply_to, call.call_id) if call.reply_to else ""
@@ -294,6 +314,40 @@ def complete(
         client,
         [keys.state(key), keys.waiters(key), keys.claim(key), keys.running(call.call_id)],
         [encoded, reply_ttl, _REPLY_PREFIX, claimant, holder],
+    )
+
+
+def _outcome_replicated(
+    client: redis.Redis, call: CallRequest, *, outcome_ttl: int, replicas: int
+) -> None:
+    """Wait for ``replicas`` replicas to have ``call``'s stored outcome, for as long as its
+    deadline leaves, at least :data:`OUTCOME_REPLICA_WAIT` and at most
+    :data:`REPLICA_WAIT`; log when they do not. Its callers have it already: this only
+    holds the worker's slot, and a failure here is no failure of the call."""
+    assert call.idempotency_key is not None
+    left = 0.0 if call.deadline is None else call.deadline - shared_now()
+    bound = min(REPLICA_WAIT, max(left, OUTCOME_REPLICA_WAIT))
+    try:
+        pipe = client.pipeline(transaction=False)
+        # A write on the connection WAIT counts (the stored state's TTL, set again).
+        pipe.pexpire(keys.state(call.idempotency_key), outcome_ttl * 1000)
+        pipe.wait(replicas, int(bound * 1000))
+        renewed, acks = pipe.execute()
+    except redis.RedisError as exc:
+        renewed, acks, why = False, 0, type(exc).__name__
+    else:
+        why = "" if renewed else "its state was gone"
+    if renewed and acks >= replicas:
+        return
+    logger.warning(
+        "call %s of %s: Redis has its stored outcome on %d of %d replicas%s; a failover now "
+        "could forget it",
+        call.call_id,
+        call.tool,
+        acks,
+        replicas,
+        f" ({why})" if why else "",
+        extra=call_log_fields(call.call_id, call.run_id, call.tool),
     )
 
 

@@ -19,6 +19,9 @@ Exception
 │                              TOOLEXEC_MAX_DELIVERIES times; it is given up
 ├── StoreUnavailable           Redis stayed away while the worker began an idempotent
 │                              call; it did not run
+├── ReplicasBehind             fewer replicas than TOOLEXEC_REPLICA_ACKS had an idempotent
+│                              call's begin in time; it did not run, and is answered as
+│                              an expired call (executor.task)
 └── celery's InvalidTaskError  a message the worker's main process refuses, dead-lettered
     ├── MalformedCall          not a toolexec call (executor.seams.request)
     └── StartedBefore          a copy RabbitMQ delivered again of a call a process had
@@ -52,7 +55,7 @@ them into an :class:`~wire.models.ErrorInfo`.
 from __future__ import annotations
 
 from wire.errors import ToolexecError
-from wire.models import CallOutcome
+from wire.models import CallOutcome, CallRequest
 
 #: The public error; the ones that end a delivery are the worker's own, imported by name.
 __all__ = ["ToolDefinitionError"]
@@ -95,6 +98,18 @@ class StoreUnavailable(Exception):
         super().__init__(
             f"the worker could not reach Redis for {patience:g} s to begin this call "
             f"({type(cause).__name__}); the call did not run"
+        )
+
+
+class ReplicasBehind(Exception):
+    """Fewer replicas than ``TOOLEXEC_REPLICA_ACKS`` had a keyed call's begin in time:
+    the call did not run, and its state, held by ``holder``, is to be let go."""
+
+    def __init__(self, call: CallRequest, *, acks: int, wanted: int, holder: str, why: str) -> None:
+        self.holder = holder
+        super().__init__(
+            f"the call to {call.tool!r} was not run: Redis had its start on {acks} of the "
+            f"{wanted} replicas TOOLEXEC_REPLICA_ACKS asks for when {why}"
         )
 
 

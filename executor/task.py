@@ -34,7 +34,6 @@ from executor import cancel_state, cancels, observe
 from executor.callers import caller_known_waiting, caller_waits, caller_waits_async, look, shed
 from executor.claims import (
     Admitted,
-    ReplicasBehind,
     hold,
     holds_before_ack,
     may_start,
@@ -42,7 +41,7 @@ from executor.claims import (
 )
 from executor.context import close_progress, open_progress
 from executor.delivery import deliver_encoded, finish, mark_running, push_plain, record_and_encode
-from executor.errors import StoreUnavailable
+from executor.errors import ReplicasBehind, StoreUnavailable
 from executor.registry import get_tool
 from executor.runner import execute, execute_async, refuse_if_expired
 from executor.tracing import call_log_fields
@@ -118,17 +117,19 @@ async def run_call_async(
             looking = functools.partial(look, redis_client(settings), call, settings=settings)
             if not await caller_waits_async(lambda: offload(looking), call, settings=settings):
                 refusal = shed(call, worker=worker, settings=settings)
-        admitted = await offload(
-            functools.partial(
-                _admit_call,
-                call,
-                refusal,
-                settings=settings,
-                worker=worker,
-                generation=generation,
-                ask_caller=False,
-            )
+        admitting = functools.partial(
+            _admit_call,
+            call,
+            refusal,
+            settings=settings,
+            worker=worker,
+            generation=generation,
+            ask_caller=False,
         )
+        if _waits_for_replicas(call, settings):
+            admitted = await asyncio.get_running_loop().run_in_executor(None, admitting)
+        else:
+            admitted = await offload(admitting)
     if not isinstance(admitted, Admitted):
         return admitted
     if admitted.definition is not None and not admitted.definition.is_async:
@@ -147,7 +148,18 @@ async def run_call_async(
     if admitted.call.idempotency_key is None:
         # Plain calls that end at the same moment share one pipeline (_conclude_plain).
         return await offload.deliver_batched(_conclude_plain, (admitted, outcome, settings))
-    return await offload.deliver(functools.partial(conclude, admitted, outcome, settings=settings))
+    concluding = functools.partial(conclude, admitted, outcome, settings=settings)
+    if _waits_for_replicas(admitted.call, settings):
+        return await asyncio.get_running_loop().run_in_executor(None, concluding)
+    return await offload.deliver(concluding)
+
+
+def _waits_for_replicas(call: CallRequest, settings: Settings) -> bool:
+    """Whether a keyed call's begin and stored outcome wait for replicas
+    (``TOOLEXEC_REPLICA_ACKS``). On the asyncio pool those steps then take one of the
+    tool threads, not the I/O or delivery threads every call shares: a lagging replica
+    holds up the keyed calls, not every other call's admission and outcome."""
+    return bool(settings.replica_acks) and call.idempotency_key is not None
 
 
 def _run_here(admitted: Admitted, *, settings: Settings, worker: str) -> CallOutcome | None:
@@ -252,8 +264,13 @@ def _validated(fields: dict[str, Any]) -> CallRequest | None:
 
 
 def _refusal_at_start(call: CallRequest, *, settings: Settings, worker: str) -> CallOutcome | None:
-    """The outcome refusing ``call`` as its tool is about to start: its deadline passed,
-    or its caller no longer waits (:mod:`executor.callers`); else None."""
+    """The outcome refusing ``call`` as its tool is about to start: it was cancelled
+    while it waited for a thread, its deadline passed, or its caller no longer waits
+    (:mod:`executor.callers`); else None."""
+    if cancel_state.heard(call.call_id):
+        return cancel_state.cancelled_outcome(
+            call, worker=worker, why="cancelled before it started"
+        )
     refusal = refuse_if_expired(call, worker=worker)
     if refusal is not None:
         return refusal

@@ -36,7 +36,9 @@ __all__ = [
     "BrokerUnreachable",
     "Live",
     "amqp_queue_depths",
+    "broker_client",
     "queue_depths",
+    "queues_in_store",
     "read_live",
     "status_snapshot",
     "tool_rows",
@@ -299,7 +301,7 @@ def _depths(
     redis_url: str | None,
     broker: redis.Redis | None,
 ) -> dict[str, int]:
-    if broker_url is None or broker_url == redis_url or broker_is_client(client, broker_url):
+    if broker_url is None or queues_in_store(client, broker_url, redis_url):
         return queue_depths(client, queues)
     if not is_redis_url(broker_url):
         return amqp_queue_depths(broker_url, queues)
@@ -314,9 +316,12 @@ def _depths(
         ) from exc
 
 
-def broker_is_client(client: redis.Redis, broker_url: str) -> bool:
-    """Whether the broker's queues are in ``client``'s Redis (one server's URL alike)."""
-    return is_redis_url(broker_url) and _same_server(client, broker_url)
+def queues_in_store(client: redis.Redis, broker_url: str, redis_url: str | None) -> bool:
+    """Whether the broker's queues are in ``client``'s Redis, the store's: its URL is the
+    store's (``redis_url``; a Sentinel group's alike), or names the same server."""
+    return broker_url == redis_url or (
+        is_redis_url(broker_url) and _same_server(client, broker_url)
+    )
 
 
 def broker_client(broker_url: str, sentinel_master: str | None) -> redis.Redis:

@@ -74,6 +74,7 @@ __all__ = [
     "DELIVER",
     "RELEASE",
     "RELEASE_HOLDER",
+    "RENEW",
     "LPUSH_ALL",
     "PUSH_FRAMES",
     "BeginState",
@@ -340,6 +341,23 @@ RELEASE = LuaScript(
     "release",
     """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+""",
+)
+
+# KEYS: a key's state. ARGV: the holder tag of the delivery that runs it, a TTL in ms.
+# Sets the state's TTL again if that delivery still holds it: a write of its own, which a
+# WAIT on the same connection then counts (the worker's TOOLEXEC_REPLICA_ACKS).
+# Returns 1 if it did, 0 if the state is not that delivery's (gone, taken, stored).
+RENEW = LuaScript(
+    "renew",
+    _STATE
+    + """
+local v = redis.call('GET', KEYS[1])
+if v == RUN .. ARGV[1] or v == WAIT .. ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
 return 0
 """,
 )

@@ -67,7 +67,8 @@ no other call, delivers its outcome itself, as a prefork child does. Handing the
 back to the loop and on to a delivery thread cost a call made one at a time two more
 thread wake-ups, which put the pool's round trip of a ``def`` tool behind prefork's.
 A plain call that ends beside others goes back to the loop and shares the delivery
-lane's pipeline.
+lane's pipeline; a keyed call's outcome always leaves from its thread. A call cancelled
+while it waits for a thread is answered as the thread takes it, without starting.
 
 **Callbacks** run on the loop thread, as the threads pool runs them on its threads;
 Celery hands the acknowledgements they make to its consumer's event loop (the main
@@ -87,7 +88,8 @@ the consumer closes. A cold shutdown cancels the coroutines.
 **Limits.** A coroutine that blocks (never awaits) stalls every call on the loop; a
 synchronous tool past its hard limit cannot be stopped: its caller is answered and the
 tool's thread runs on (a thread of its own, :func:`executor.limits.run_bounded`, so the
-executor's thread is free again). A synchronous tool that retries holds its executor
+executor's thread is free again; such threads are not bounded by the executor's size:
+:func:`executor.limits.runaways` counts them). A synchronous tool that retries holds its executor
 thread through the pauses between its attempts. ``revoke(terminate=True)`` is not
 supported, as on the threads pool.
 """

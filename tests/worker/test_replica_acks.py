@@ -16,11 +16,14 @@ from pathlib import Path
 import pytest
 import redis
 
+from executor import claims
 from executor.task import run_call
+from executor.worker import holder
 from tests.integration.outage_support import calls_of, freeze, frozen, thaw
 from toolexec import RedisServer
 from toolexec.doctor.durability import replica_acks
 from wire import keys
+from wire.formats import running_state
 from wire.models import ErrorKind
 from wire.settings import Settings
 
@@ -52,13 +55,14 @@ def master(pair: tuple[RedisServer, RedisServer]) -> Iterator[redis.Redis]:
         yield client
 
 
-def _settings(master: RedisServer, tmp: Path, acks: int) -> Settings:
+def _settings(master: RedisServer, tmp: Path, acks: int, **more: str) -> Settings:
     return Settings.from_env(
         {
             "TOOLEXEC_BROKER_URL": "memory://",
             "TOOLEXEC_REDIS_URL": master.url,
             "TOOLEXEC_DATA_DIR": str(tmp),
             "TOOLEXEC_REPLICA_ACKS": str(acks),
+            **more,
         }
     )
 
@@ -168,3 +172,96 @@ def test_the_doctor_counts_the_replicas_online_against_the_acks_asked_for(
         not too_many.ok and "has 1 replica(s) online; TOOLEXEC_REPLICA_ACKS=2" in too_many.message
     )
     assert none_asked.ok and "TOOLEXEC_REPLICA_ACKS is 0" in none_asked.message
+
+
+def test_a_call_without_a_deadline_waits_for_the_replicas_only_as_long_as_its_state_lasts(
+    pair: tuple[RedisServer, RedisServer], master: redis.Redis, register: Register, tmp_path: Path
+) -> None:
+    # Its running state lives TOOLEXEC_OUTCOME_TTL (1 s here) plus the claim margin (0).
+    settings = _settings(pair[0], tmp_path, 1, TOOLEXEC_OUTCOME_TTL="1", TOOLEXEC_CLAIM_MARGIN="0")
+    runs: list[int] = []
+    key = unique("key")
+    call = make_call(
+        register(lambda: runs.append(1), description="Count.", idempotent=True),
+        idempotency_key=key,
+    )
+    assert call.deadline is None
+
+    started = time.monotonic()
+    with frozen(pair[1]):
+        refusal = run_call(call.model_dump(mode="json"), settings=settings, worker=WORKER)
+    waited = time.monotonic() - started
+
+    assert refusal is not None and refusal.error is not None
+    assert refusal.error.type == "ReplicasBehind"
+    assert refusal.error.message.endswith("when its state lapsed")
+    assert runs == [] and 0.8 < waited < 3.0, f"waited {waited:.2f}s"
+    assert not master.exists(keys.state(key))
+
+
+def test_a_begin_whose_state_is_not_its_own_any_more_is_not_counted_as_replicated(
+    pair: tuple[RedisServer, RedisServer], master: redis.Redis
+) -> None:
+    # What a pipeline resent to a new master after a failover meets: no state, or one
+    # that another delivery holds. Renewing writes nothing there, so WAIT counts nothing.
+    call = make_call("t", idempotency_key=unique("key"), deadline=time.time() + 5)
+    state = keys.state(call.idempotency_key or "")
+    ours, theirs = "w1@host:1", "w2@host:2"
+
+    def replicated() -> bool:
+        return claims._replicated(
+            master, call, state, holder=ours, ttl_ms=5000, replicas=1, left=lambda: 5.0
+        )
+
+    assert replicated() is False  # no state at all
+    master.set(state, running_state(theirs), px=5000)
+    assert replicated() is False
+    master.set(state, running_state(ours), px=5000)
+    assert replicated() is True
+    master.delete(state)
+
+
+def test_callers_that_joined_have_the_outcome_before_the_worker_waits_for_its_replicas(
+    pair: tuple[RedisServer, RedisServer],
+    master: redis.Redis,
+    register: Register,
+    tmp_path: Path,
+) -> None:
+    settings = _settings(pair[0], tmp_path, 1)
+    key = unique("key")
+    joiner = make_call("booking", idempotency_key=key, deadline=time.time() + 0.5)
+    returned: list[float] = []
+
+    def book() -> str:
+        """Book, while a second delivery joins and the replica falls behind."""
+        # Another worker's delivery of the key, which finds this live process running it.
+        state, _ = claims.begin(
+            master, joiner, holder=holder("other@host"), hostname=WORKER, ttl_ms=5000
+        )
+        assert state == "busy"  # joined: this process runs the key
+        freeze(pair[1])
+        returned.append(time.monotonic())
+        return "booked"
+
+    name = register(book, description="Book.", idempotent=True)
+    call = make_call(name, idempotency_key=key, deadline=time.time() + 0.5)
+    heard: list[float] = []
+
+    def listen() -> None:
+        next_reply(master, joiner.reply_to, timeout=10)
+        heard.append(time.monotonic())
+
+    listener = threading.Thread(target=listen)
+    listener.start()
+    try:
+        run_call(call.model_dump(mode="json"), settings=settings, worker=WORKER)
+        ended = time.monotonic()
+    finally:
+        thaw(pair[1])
+        listener.join(10)
+
+    assert heard, "the joined caller heard nothing"
+    # The outcome's wait lasts 1 s at least (OUTCOME_REPLICA_WAIT); the joiner was told
+    # before it began, not after it ended.
+    assert ended - returned[0] >= 0.9
+    assert heard[0] - returned[0] < 0.5, f"told {heard[0] - returned[0]:.2f}s after the tool"

@@ -21,10 +21,11 @@ import pytest
 import redis
 
 import executor.task
+from executor import cancel_state
 from executor.pools.offload import IOLanes
 from executor.task import run_call_async
 from wire import keys
-from wire.models import CallOutcome, CallRequest
+from wire.models import CallOutcome, CallRequest, ErrorKind
 from wire.settings import Settings
 
 from .conftest import Register
@@ -188,3 +189,55 @@ async def _until(event: threading.Event, timeout: float = 10.0) -> None:
     async with asyncio.timeout(timeout):
         while not event.is_set():
             await asyncio.sleep(0.001)
+
+
+def test_a_call_cancelled_while_it_waits_for_a_thread_is_answered_cancelled_and_never_starts(
+    client: redis.Redis, register: Register, settings: Settings
+) -> None:
+    runs: list[str] = []
+    call = make_call(register(lambda: runs.append("ran"), description="."))
+    busy, release = threading.Event(), threading.Event()
+
+    def occupy() -> None:
+        busy.set()
+        release.wait(10)
+
+    queued = threading.Event()
+
+    class Tools(ThreadPoolExecutor):
+        """The pool's tool threads, telling when a step is handed to them."""
+
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            queued.set()
+            return super().submit(fn, *args, **kwargs)
+
+    async def main() -> CallOutcome | None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(Tools(1, thread_name_prefix="toolexec-tool"))
+        lanes = IOLanes(1, calls=lambda: 2)
+        lanes.start(loop)
+        try:
+            occupied = loop.run_in_executor(None, occupy)  # the pool's one tool thread
+            await _until(busy)
+            queued.clear()
+            waiting = asyncio.create_task(
+                run_call_async(
+                    call.model_dump(mode="json"), settings=settings, worker=WORKER, offload=lanes
+                )
+            )
+            await _until(queued)  # admitted: it waits for the thread
+            cancel_state.hear(call.call_id)  # a cancel reaches the worker meanwhile
+            release.set()
+            await occupied
+            return await asyncio.wait_for(waiting, 10)
+        finally:
+            release.set()
+            lanes.stop()
+
+    outcome = asyncio.run(main())
+
+    assert outcome is not None and outcome.error is not None
+    assert outcome.error.kind is ErrorKind.CANCELLED
+    assert outcome.error.message.endswith("cancelled before it started")
+    assert next_reply(client, call.reply_to) == (call.call_id, outcome)
+    assert runs == []

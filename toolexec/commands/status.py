@@ -119,10 +119,10 @@ def show_status(
 def _broker(settings: Settings, client: redis.Redis) -> Iterator[redis.Redis | None]:
     """For a watch: one client of the broker's Redis for every snapshot, when it is not
     ``client``'s (None: the queues are in ``client``'s Redis, or on RabbitMQ)."""
-    from toolexec.status import broker_client, broker_is_client
+    from toolexec.status import broker_client, queues_in_store
 
     url = settings.broker_url
-    if url == settings.redis_url or not is_redis_url(url) or broker_is_client(client, url):
+    if not is_redis_url(url) or queues_in_store(client, url, settings.redis_url):
         yield None
         return
     broker = broker_client(url, settings.sentinel_master)
