@@ -166,9 +166,9 @@ def test_a_failover_under_load_ends_every_call_typed_within_its_deadline_and_cal
     _judged(pool, ended, killed_at, known_at, data)
 
 
-@pytest.mark.parametrize("acks", [0, 1])
+@pytest.mark.parametrize(("pool", "acks"), [("prefork", 0), ("prefork", 1), ("asyncio", 1)])
 def test_a_lossy_failover_runs_no_idempotent_call_twice_with_replica_acks(
-    acks: int, tmp_path: Path, worker_factory: WorkerFactory
+    pool: Pool, acks: int, tmp_path: Path, worker_factory: WorkerFactory
 ) -> None:
     # Two replicas replicate through a relay that holds their stream back for the last
     # second before the master dies: the new master never has that second's writes (the
@@ -188,7 +188,7 @@ def test_a_lossy_failover_runs_no_idempotent_call_twice_with_replica_acks(
         group = RedisSentinels(tmp_path / "group", relay=relay, replicas=2, down_after=2.0)
         with group, run_scope() as run:
             env = {**group_env(group, data), "TOOLEXEC_REPLICA_ACKS": str(acks)}
-            worker_factory(pool="prefork", concurrency=8, env=env)
+            worker_factory(pool=pool, concurrency=8 if pool == "prefork" else 20, env=env)
             settings = Settings.from_env(env)
             client, again = ToolClient(settings), ToolClient(settings)
             try:
@@ -209,7 +209,7 @@ def test_a_lossy_failover_runs_no_idempotent_call_twice_with_replica_acks(
             each.close()
 
     assert run and relays[0].replication_links == 2  # both replicas' streams were held
-    report, twice = _judged(f"replica acks {acks}", ended, killed_at, known_at, data)
+    report, twice = _judged(f"{pool}, replica acks {acks}", ended, killed_at, known_at, data)
     print(f"repeats of the {len(booked)} idempotent calls that succeeded: {dict(repeated)}")
     if acks:
         assert not twice, report
