@@ -132,24 +132,10 @@ def test_a_call_given_up_before_a_thread_takes_it_never_runs_and_lets_its_key_go
     runs: list[str] = []
     name = register(lambda: runs.append("ran") or "booked", description=".", idempotent=True)
     key = unique("key")
-    busy, release = threading.Event(), threading.Event()
-
-    def occupy() -> None:
-        busy.set()
-        release.wait(10)
-
-    queued = threading.Event()
-
-    class Tools(ThreadPoolExecutor):
-        """The pool's tool threads, telling when a step is handed to them."""
-
-        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            queued.set()
-            return super().submit(fn, *args, **kwargs)
+    tools = _OneToolThread()
 
     async def main() -> CallOutcome | None:
         loop = asyncio.get_running_loop()
-        loop.set_default_executor(Tools(1, thread_name_prefix="toolexec-tool"))
         lanes = IOLanes(1, calls=lambda: 1)
         lanes.start(loop)
 
@@ -160,28 +146,62 @@ def test_a_call_given_up_before_a_thread_takes_it_never_runs_and_lets_its_key_go
             )
 
         try:
-            occupied = loop.run_in_executor(None, occupy)  # the pool's one tool thread
-            await _until(busy)
-            queued.clear()
+            await tools.take()
             given_up = deliver(make_call(name, idempotency_key=key))
-            await _until(queued)  # admitted: it waits for the thread
+            await _until(tools.queued)  # admitted: it waits for the thread
             assert client.exists(keys.state(key))
             given_up.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await given_up
-            release.set()
-            await occupied
+            await tools.give_back()
             # Its key was let go in this process: a new delivery of the key begins and
             # runs it, where a key still held here would make it join and wait.
             return await asyncio.wait_for(deliver(make_call(name, idempotency_key=key)), 10)
         finally:
-            release.set()
+            tools.let_go()
             lanes.stop()
 
     outcome = asyncio.run(main())
 
     assert outcome is not None and outcome.result == "booked"
     assert runs == ["ran"]  # the given-up delivery never ran the tool
+
+
+class _OneToolThread(ThreadPoolExecutor):
+    """The pool's tool threads cut to one, which a blocker takes until it is given back;
+    ``queued`` tells when a step is handed to them."""
+
+    def __init__(self) -> None:
+        super().__init__(1, thread_name_prefix="toolexec-tool")
+        self.queued = threading.Event()
+        self._busy, self._release = threading.Event(), threading.Event()
+        self._blocker: asyncio.Future[None] | None = None
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.queued.set()
+        return super().submit(fn, *args, **kwargs)
+
+    async def take(self) -> None:
+        """Be the running loop's default executor, and have the blocker take the thread."""
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(self)
+        self._blocker = loop.run_in_executor(None, self._block)
+        await _until(self._busy)
+        self.queued.clear()
+
+    async def give_back(self) -> None:
+        """Let the blocker end, and wait until it has."""
+        self.let_go()
+        assert self._blocker is not None
+        await self._blocker
+
+    def let_go(self) -> None:
+        """Let the blocker end (its thread is then free)."""
+        self._release.set()
+
+    def _block(self) -> None:
+        self._busy.set()
+        self._release.wait(10)
 
 
 async def _until(event: threading.Event, timeout: float = 10.0) -> None:
@@ -196,42 +216,24 @@ def test_a_call_cancelled_while_it_waits_for_a_thread_is_answered_cancelled_and_
 ) -> None:
     runs: list[str] = []
     call = make_call(register(lambda: runs.append("ran"), description="."))
-    busy, release = threading.Event(), threading.Event()
-
-    def occupy() -> None:
-        busy.set()
-        release.wait(10)
-
-    queued = threading.Event()
-
-    class Tools(ThreadPoolExecutor):
-        """The pool's tool threads, telling when a step is handed to them."""
-
-        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-            queued.set()
-            return super().submit(fn, *args, **kwargs)
+    tools = _OneToolThread()
 
     async def main() -> CallOutcome | None:
-        loop = asyncio.get_running_loop()
-        loop.set_default_executor(Tools(1, thread_name_prefix="toolexec-tool"))
         lanes = IOLanes(1, calls=lambda: 2)
-        lanes.start(loop)
+        lanes.start(asyncio.get_running_loop())
         try:
-            occupied = loop.run_in_executor(None, occupy)  # the pool's one tool thread
-            await _until(busy)
-            queued.clear()
+            await tools.take()
             waiting = asyncio.create_task(
                 run_call_async(
                     call.model_dump(mode="json"), settings=settings, worker=WORKER, offload=lanes
                 )
             )
-            await _until(queued)  # admitted: it waits for the thread
+            await _until(tools.queued)  # admitted: it waits for the thread
             cancel_state.hear(call.call_id)  # a cancel reaches the worker meanwhile
-            release.set()
-            await occupied
+            await tools.give_back()
             return await asyncio.wait_for(waiting, 10)
         finally:
-            release.set()
+            tools.let_go()
             lanes.stop()
 
     outcome = asyncio.run(main())

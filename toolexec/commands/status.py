@@ -70,17 +70,9 @@ def show_status(
         CommandFailed: The worker ``only`` is not live (exit code 4); the queues'
             broker cannot be read (5, without ``only``); Redis is unreachable (5).
     """
-    from toolexec.status import status_snapshot
-
     with _redis(settings) as client:
         if not watch:
-            snapshot = status_snapshot(
-                client,
-                worker=only,
-                broker_url=settings.broker_url,
-                sentinel_master=settings.sentinel_master,
-                redis_url=settings.redis_url,
-            )
+            snapshot = _snapshot(client, None, only, settings)
             _show(snapshot, as_json=as_json)
             if only is not None:
                 if not snapshot["workers"]:
@@ -97,14 +89,7 @@ def show_status(
                             time.sleep(interval)
                         _show(_snapshot_or_error(client, broker, only, settings), as_json=True)
                     return
-                first = status_snapshot(
-                    client,
-                    worker=only,
-                    broker_url=settings.broker_url,
-                    sentinel_master=settings.sentinel_master,
-                    redis_url=settings.redis_url,
-                    broker=broker,
-                )
+                first = _snapshot(client, broker, only, settings)
                 with Live(status_view(first), auto_refresh=False) as live:
                     for _ in itertools.islice(snapshots, 1, None):
                         time.sleep(interval)
@@ -132,20 +117,28 @@ def _broker(settings: Settings, client: redis.Redis) -> Iterator[redis.Redis | N
         broker.close()
 
 
+def _snapshot(
+    client: redis.Redis, broker: redis.Redis | None, only: str | None, settings: Settings
+) -> dict[str, Any]:
+    """One snapshot of the deployment ``settings`` name; ``broker`` as a watch keeps it."""
+    from toolexec.status import status_snapshot
+
+    return status_snapshot(
+        client,
+        worker=only,
+        broker_url=settings.broker_url,
+        sentinel_master=settings.sentinel_master,
+        redis_url=settings.redis_url,
+        broker=broker,
+    )
+
+
 def _snapshot_or_error(
     client: redis.Redis, broker: redis.Redis | None, only: str | None, settings: Settings
 ) -> dict[str, Any]:
-    from toolexec.status import status_snapshot
-
+    """:func:`_snapshot`, or a line on stderr and an error entry when Redis is away."""
     try:
-        return status_snapshot(
-            client,
-            worker=only,
-            broker_url=settings.broker_url,
-            sentinel_master=settings.sentinel_master,
-            redis_url=settings.redis_url,
-            broker=broker,
-        )
+        return _snapshot(client, broker, only, settings)
     except redis.RedisError as exc:
         print(f"toolexec: Redis is unreachable: {one_line(str(exc))}", file=sys.stderr, flush=True)
         return {"time": time.time(), "error": str(exc)}
