@@ -15,6 +15,7 @@ __all__ = [
     "DRAMATIQ_QUEUE",
     "DRAMATIQ_RESULTS",
     "EVENTS_WORKERS",
+    "LOOP_READS",
     "POOL_QUEUE",
     "RAW_PREFETCH1_QUEUE",
     "RAW_QUEUE",
@@ -31,6 +32,8 @@ __all__ = [
     "VOID_QUEUE",
     "events_queue",
     "events_tool",
+    "reads_queue",
+    "reads_tool",
     "rpc_reply",
     "scale_queue",
     "scale_tool",
@@ -94,6 +97,20 @@ def rpc_reply(client_id: str) -> str:
 def scale_queue(processes: int) -> str:
     """Queue that exactly ``processes`` scaling workers consume."""
     return f"bench_scale{processes}"
+
+
+#: The values of TOOLEXEC_LOOP_READS scenario 14 compares, on the asyncio pool.
+LOOP_READS: tuple[str, ...] = ("true", "false")
+
+
+def reads_queue(mode: str) -> str:
+    """Queue of scenario 14's worker with ``TOOLEXEC_LOOP_READS=mode``."""
+    return f"bench_reads_{mode}"
+
+
+def reads_tool(mode: str) -> str:
+    """The no-op registered on :func:`reads_queue` ``(mode)``."""
+    return f"reads_{mode}_noop"
 
 
 def events_queue(pool: str, events: str) -> str:

@@ -131,3 +131,12 @@ for _pool, _events in names.EVENTS_WORKERS:
     tool(name=names.events_tool(_pool, _events), queue=names.events_queue(_pool, _events))(
         _events_noop
     )
+
+
+def _reads_noop() -> None:
+    """Do nothing: the loop-reads scenario's no-op, one per worker it compares."""
+
+
+# One no-op per worker of the loop-reads scenario (TOOLEXEC_LOOP_READS on and off).
+for _mode in names.LOOP_READS:
+    tool(name=names.reads_tool(_mode), queue=names.reads_queue(_mode))(_reads_noop)

@@ -276,6 +276,18 @@ def restored(delivery_tag: str, queue: str) -> str:
 RESTORED_TTL = 60
 
 
+def read_wake(reader_id: str) -> str:
+    """The list an asyncio pool's reader of the queues also blocks on (on the broker), so
+    that a token pushed there ends its read under way, popping nothing else
+    (:mod:`executor.pools.reads`; TTL: :data:`READ_WAKE_TTL`)."""
+    return f"{PREFIX}reads:wake:{reader_id}"
+
+
+#: Seconds a wake token is kept: a token whose read had already ended wakes the next
+#: read once, or lapses.
+READ_WAKE_TTL = 60
+
+
 def sent(call_id: str) -> str:
     """Records that a plain call's message was pushed (TTL: :func:`call_ttl_ms`
     ``"sent"``), so a re-send after an unknown outcome cannot queue it twice."""

@@ -100,6 +100,9 @@ class Settings(BaseModel):
             moves on (Redis' ``WAIT``, bounded by the call's deadline): a failover then
             cannot forget that an idempotent call ran, and run it again. 0 (the default)
             waits for none.
+        loop_reads: Whether a worker of the asyncio pool with a Redis broker reads its
+            queues on the pool's event loop (:mod:`executor.pools.reads`) rather than in
+            Celery's consumer: True (the default) or False.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -127,6 +130,7 @@ class Settings(BaseModel):
     task_events: Literal["auto", "on", "off"] = "auto"
     sentinel_master: str | None = Field(default=None, min_length=1)
     replica_acks: int = Field(default=0, ge=0, le=MAX_REPLICA_ACKS)
+    loop_reads: bool = True
 
     @field_validator("broker_url")
     @classmethod
@@ -251,4 +255,5 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "task_events": "TOOLEXEC_TASK_EVENTS",
     "sentinel_master": "TOOLEXEC_SENTINEL_MASTER",
     "replica_acks": "TOOLEXEC_REPLICA_ACKS",
+    "loop_reads": "TOOLEXEC_LOOP_READS",
 }

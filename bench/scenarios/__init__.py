@@ -13,6 +13,7 @@ from bench.scenarios import (
     async_tools,
     deadlines,
     idempotency,
+    loop_reads,
     peers,
     redis_commands,
     replica_acks,
@@ -51,4 +52,5 @@ SCENARIOS: tuple[Scenario, ...] = (
     peers,
     task_events,
     replica_acks,
+    loop_reads,
 )

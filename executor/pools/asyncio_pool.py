@@ -23,18 +23,29 @@ loop's default executor, so ``asyncio.to_thread`` in a tool uses it), and
 task body (its Redis round trips, :mod:`executor.pools.offload`). A thousand awaiting
 tools therefore cost no thread each.
 
-**How a call reaches the loop.** Celery's consumer calls ``pool.apply_async(trace,
+**Who reads the queues.** With a Redis broker the loop reads them itself
+(:mod:`executor.pools.reads`, ``TOOLEXEC_LOOP_READS``): each read takes at most the free
+slots and is handed, on the loop, to the channel of Celery's task consumer, which delivers
+its messages through Celery's strategy and request as it delivers its own reads; the
+request then reaches :meth:`AsyncioPool.on_apply` on the loop thread and starts at once.
+Otherwise (RabbitMQ, kombu's ack emulation, ``TOOLEXEC_LOOP_READS=false``) Celery's
+consumer reads in the worker's main thread, as on every other pool.
+
+**How a call reaches the loop.** Celery's strategy calls ``pool.apply_async(trace,
 args=(task name, task id, request dict, body, content type, content encoding),
 accept_callback=..., callback=..., ...)`` (``Request.execute_using_pool``). The trace
 function is synchronous, so this pool does not call it for a task that has an async
-body (:class:`~executor.pools.trace.AsyncTask`, toolexec's tasks): it hands the request
-to the loop (its *inbox*), where a coroutine
+body (:class:`~executor.pools.trace.AsyncTask`, toolexec's tasks): it starts a coroutine
+for the request, at once when the loop read it, else through the loop's *inbox* (below),
+where the coroutine
 
 1. waits for one of N slots (``-c N``; prefetch is N too, ``worker_prefetch_multiplier=1``,
-   so N calls are in flight at once. Celery's prefetch counts unacknowledged messages:
-   at-least-once calls, acknowledged when they end, are never more than N in the worker;
-   at-most-once calls are acknowledged as they start, so up to N more wait here for a
-   slot, held by this worker as its heartbeat records them, pid 0);
+   so N calls are in flight at once. Read by the loop, a read takes no more than the
+   free slots, so no call waits here. Read by Celery's consumer, prefetch counts
+   unacknowledged messages: at-least-once calls, acknowledged when they end, are never
+   more than N in the worker; at-most-once calls are acknowledged as they start, so up
+   to N more wait here for a slot, held by this worker as its heartbeat records them,
+   pid 0);
 2. calls ``accept_callback(pid, monotonic())``: Celery's ``Request.on_accepted`` marks
    the request active (``worker_state.active_requests``, which the heartbeat reads; the
    holder pid is the worker's own), acknowledges an early-ack task and sends the
@@ -72,7 +83,9 @@ while it waits for a thread is answered as the thread takes it, without starting
 
 **Callbacks** run on the loop thread, as the threads pool runs them on its threads;
 Celery hands the acknowledgements they make to its consumer's event loop (the main
-thread, ``Consumer.call_soon_ack``).
+thread, ``Consumer.call_soon_ack``), except while the loop reads the queues: then an
+acknowledgement only marks the message done in the channel's memory, and is made where
+it is asked (:class:`executor.seams.consumer.Consumer`).
 
 **The GIL.** The pool lowers the interpreter's thread switch interval to
 :data:`SWITCH_INTERVAL` (0.5 ms): with Python's 5 ms, each socket call of Celery's
@@ -81,9 +94,9 @@ consumer or of an I/O thread waited for the busy loop thread to let go of the GI
 
 **Shutdown.** A warm shutdown (``SIGTERM``) lets every accepted coroutine finish and
 deliver, then stops the loop. From Celery's ``close()``, the first step of a shutdown,
-the pool accepts nothing more: a request still waiting for a slot is dropped
-unaccepted, so its message is unacknowledged and kombu puts it back on its queue when
-the consumer closes. A cold shutdown cancels the coroutines.
+the pool accepts nothing more, and its reader reads nothing more: a request still waiting
+for a slot is dropped unaccepted, so its message is unacknowledged and kombu puts it back
+on its queue when the consumer closes. A cold shutdown cancels the coroutines.
 
 **Limits.** A coroutine that blocks (never awaits) stalls every call on the loop; a
 synchronous tool past its hard limit cannot be stopped: its caller is answered and the
@@ -117,6 +130,7 @@ from kombu.serialization import prepare_accept_content
 
 from executor.claims import waits_for_hold
 from executor.pools.offload import DELIVERY_THREADS, IO_THREADS, IOLanes, Offload
+from executor.pools.reads import LoopReader, ReadChannel
 from executor.pools.trace import AsyncTask, AsyncTrace
 
 # AsyncTask, Offload and IO_THREADS live in the modules of their concepts; they stay
@@ -196,6 +210,8 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
         self._poll: asyncio.TimerHandle | None = None  # the next look while polling
         self._closing = False  # from Celery's close(): accept nothing more
         self._accepted: set[asyncio.Task[None]] = set()  # running on the loop
+        self._reader: LoopReader | None = None  # reads the queues on the loop, once asked
+        self._loop_thread: int | None = None  # the loop thread's ident
 
     # -- Celery's pool interface --------------------------------------------------------
 
@@ -240,6 +256,10 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
             callback=callback,
             accept_callback=accept_callback,
         )
+        if threading.get_ident() == self._loop_thread:
+            # Read by the loop itself (executor.pools.reads): it starts now, no wake-up.
+            self._start_job(loop, job)
+            return None
         self._inbox.append(job)
         if not self._wake_pending:
             self._wake_pending = True
@@ -249,6 +269,31 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
     def on_close(self) -> None:
         """The worker is shutting down: accept no more requests (before its consumer stops)."""
         self._closing = True
+
+    def read_queues(
+        self, channel: ReadChannel, *, url: str, master: str | None
+    ) -> Callable[[], None]:
+        """Read ``channel``'s queues on the loop and hand it each read
+        (:mod:`executor.pools.reads`); returns what detaches the reader from it. Called by
+        the consumer's bootstep as it starts, once the pool runs."""
+        loop = self._loop
+        if loop is None:
+            raise RuntimeError("the asyncio pool reads its queues only once it runs")
+        if self._reader is None:
+            self._reader = LoopReader(url, master=master, room=self._room)
+            self._reader.start(loop)
+        reader = self._reader
+        reader.attach(channel)
+        return reader.detach
+
+    def wake_reader(self) -> None:
+        """Tell the reader to look again (the queues it reads changed); from any thread."""
+        if self._reader is not None:
+            self._reader.wake()
+
+    def _room(self) -> int:
+        """How many calls a read may take now: the free slots, none once closing."""
+        return 0 if self._closing else self.limit - self._on_loop()
 
     def on_stop(self) -> None:
         """Warm shutdown: let accepted coroutines finish, drop the waiting, stop the loop."""
@@ -275,14 +320,19 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
                 "tool-threads": len(self._tools._threads),
                 "io-threads": IO_THREADS,
                 "delivery-threads": DELIVERY_THREADS,
+                # Messages the loop read itself (executor.pools.reads), and in how many reads.
+                "loop-reads": {
+                    "messages": self._reader.messages if self._reader else 0,
+                    "reads": self._reader.reads if self._reader else 0,
+                },
             }
         )
         return info
 
     # -- the loop thread ------------------------------------------------------------------
 
-    @staticmethod
-    def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    def _run_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop_thread = threading.get_ident()
         asyncio.set_event_loop(loop)
         loop.run_forever()
 
@@ -316,15 +366,20 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
         loop = asyncio.get_running_loop()
         started = 0
         while self._inbox:
-            job = loop.create_task(self._run_job(self._inbox.popleft()))
-            self._waiting.add(job)
-            job.add_done_callback(self._forget)
+            self._start_job(loop, self._inbox.popleft())
             started += 1
         return started
+
+    def _start_job(self, loop: asyncio.AbstractEventLoop, job: _Job) -> None:
+        task = loop.create_task(self._run_job(job))
+        self._waiting.add(task)
+        task.add_done_callback(self._forget)
 
     def _forget(self, job: asyncio.Task[None]) -> None:
         self._waiting.discard(job)
         self._accepted.discard(job)
+        if self._reader is not None:
+            self._reader.room_freed()  # a slot is free: the reader may read again
         if self._poll is not None and not self._on_loop():
             # The last call ended while polling: look now, and let the next request wake
             # the loop, rather than keep it waiting for the look.
@@ -393,6 +448,8 @@ class AsyncioPool(BasePool):  # type: ignore[misc]
             loop.close()
 
     async def _drain(self, *, cancel: bool) -> None:
+        if self._reader is not None:
+            await self._reader.stop()  # nothing more read; a read under way put back
         for job in list(self._waiting):
             job.cancel()
         if cancel:

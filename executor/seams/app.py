@@ -33,6 +33,7 @@ from executor.seams import put_back
 from executor.seams.celery_tasks import register_tasks
 from executor.seams.events import TaskEvents, sends_task_events_at_start
 from executor.seams.lockdown import Lockdown, broker_ssl_options
+from executor.seams.loop_reads import LoopReads
 from executor.seams.transport import (
     BROKER_URL_OPTION,
     MAX_ITEM_OPTION,
@@ -152,6 +153,8 @@ def create_app(settings: Settings | None = None) -> Celery:
     app.steps["worker"].add(Lockdown)
     # TOOLEXEC_TASK_EVENTS=off wins over -E.
     app.steps["worker"].add(TaskEvents)
+    # The asyncio pool's loop reads the task queues itself (TOOLEXEC_LOOP_READS).
+    app.steps["consumer"].add(LoopReads)
     return app
 
 

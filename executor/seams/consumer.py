@@ -36,6 +36,7 @@ from celery.worker.consumer import Consumer as CeleryConsumer
 from kombu.exceptions import ContentDisallowed
 
 from executor.seams.deadletter import Refusal, describe, refuse_message
+from executor.seams.loop_reads import detach_reader
 from executor.seams.request import MalformedCall, StartedBefore
 from executor.worker import redis_client
 
@@ -69,6 +70,30 @@ class Consumer(CeleryConsumer):  # type: ignore[misc]
             return super().ensure_connected(conn)
         finally:
             del conn.ensure_connection  # the connection's own method again
+
+    def on_connection_error_after_connected(self, exc: Exception) -> None:
+        """Celery's, after the asyncio pool's reader stopped handing reads to the channel
+        (:mod:`executor.seams.loop_reads`): Celery closes it now, putting back what it holds."""
+        detach_reader(self)
+        super().on_connection_error_after_connected(exc)
+
+    def call_soon_ack(self, p: Any, *args: Any, **kwargs: Any) -> Any:
+        """Celery's, but while the asyncio pool's loop reads the queues, an acknowledgement
+        is made where it is asked, not handed to this thread's event loop: without kombu's
+        ack emulation it only marks the message done in the channel's memory, and handing it
+        over woke this thread once per call."""
+        if getattr(self, "toolexec_detach_reader", None) is None:
+            return super().call_soon_ack(p, *args, **kwargs)
+        try:
+            p(*args, **kwargs)
+        except Exception:  # as Celery's own immediate path: logged, never raised
+            logger.exception("an acknowledgement failed")
+        return p
+
+    def on_close(self) -> None:
+        """Celery's, once the asyncio pool's reader hands nothing more to the closing channel."""
+        detach_reader(self)
+        super().on_close()
 
     def create_task_handler(self, *args: Any, **kwargs: Any) -> Callable[[Any], None]:
         """Celery's task handler, refusing what it would raise on."""

@@ -71,7 +71,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cached_property
 from queue import Empty
 from typing import Any
@@ -238,6 +238,8 @@ class Channel(kombu_redis.Channel):
     _toolexec_blmpop = True
     #: How many messages the read under way asked for; 0 while it is kombu's ``BRPOP``.
     _toolexec_asked = 0
+    #: Set while the asyncio pool's loop reads the queues: tells its reader to look again.
+    _toolexec_reader: Callable[[], None] | None = None
 
     @cached_property
     def put_backs(self) -> PutBacks:
@@ -288,10 +290,13 @@ class Channel(kombu_redis.Channel):
             self._flush_brpop_reauth()  # type: ignore[no-untyped-call]
 
     def _brpop_start(self, timeout: int | None = None) -> None:
-        """Wait for messages: ``BLMPOP`` for as many as prefetch leaves room for, else ``BRPOP``.
+        """Wait for messages: ``BLMPOP`` for as many as prefetch leaves room for, else ``BRPOP``;
+        nothing while the asyncio pool's loop reads the queues (:meth:`toolexec_read_on_loop`).
 
         kombu 5.7.0's ``Channel._brpop_start`` with another command; pinned by a test.
         """
+        if self._toolexec_reader is not None:
+            return
         count = self._batch_size()
         if count <= 1:
             self._toolexec_asked = 0
@@ -309,6 +314,44 @@ class Channel(kombu_redis.Channel):
         self.client.connection.send_command(
             "BLMPOP", timeout or 0, len(lists), *lists, "RIGHT", "COUNT", count
         )
+
+    # -- read by the asyncio pool's loop (executor.pools.reads) ----------------------------
+
+    def toolexec_can_read_elsewhere(self) -> bool:
+        """Whether another thread may read this channel's queues: not with kombu's ack
+        emulation (each message recorded as it is taken), a ``global_keyprefix``, or a
+        ``can_consume`` Celery replaced (``worker_disable_prefetch``)."""
+        return not (self.ack_emulation or self.global_keyprefix or "can_consume" in vars(self.qos))
+
+    def toolexec_read_on_loop(self, wake: Callable[[], None]) -> None:
+        """From now on the channel sends no read of its own: the asyncio pool's reader
+        reads its queues and hands it each read (:meth:`toolexec_deliver_read`); ``wake``
+        tells the reader that the queues consumed changed."""
+        self._toolexec_reader = wake
+        wake()
+
+    def basic_consume(self, queue: str, *args: Any, **kwargs: Any) -> Any:
+        consumer_tag = super().basic_consume(queue, *args, **kwargs)  # type: ignore[no-untyped-call]
+        if self._toolexec_reader is not None:
+            self._toolexec_reader()
+        return consumer_tag
+
+    def toolexec_read_lists(self) -> list[str]:
+        """The lists a read takes from, in the order of kombu's fair queue cycle (the one
+        a read took from last comes last)."""
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        return [self._q_for_pri(queue, pri) for pri in self.priority_steps for queue in queues]  # type: ignore[no-untyped-call]
+
+    def toolexec_deliver_read(self, popped_from: str, items: Sequence[bytes]) -> None:
+        """Deliver the items a read popped from the list ``popped_from``, as a read of the
+        channel's own (:meth:`_blmpop_read`)."""
+        dest = popped_from.rsplit(self.sep, 1)[0]
+        self._queue_cycle.rotate(dest)
+        self._deliver_items(items, dest, popped_from)
+
+    def toolexec_put_back_unread(self, items: Sequence[bytes], popped_from: str) -> None:
+        """Put back items a read popped and never handed over (:meth:`PutBacks.put_back_unread`)."""
+        self.put_backs.put_back_unread(items, popped_from)
 
     def _batch_size(self) -> int:
         """How many messages the next read may take (1: kombu's one ``BRPOP``)."""

@@ -52,8 +52,12 @@ def start_worker(
     """Start a worker (asyncio pool unless told) on ``aio``, emptied first; stopped at teardown."""
     redis_client.delete(QUEUE)
 
-    def start(concurrency: int = 100, pool: Pool = "asyncio") -> WorkerProcess:
-        return worker_factory(pool=pool, concurrency=concurrency, queues=(QUEUE,), env=probe_env)
+    def start(
+        concurrency: int = 100, pool: Pool = "asyncio", env: dict[str, str] | None = None
+    ) -> WorkerProcess:
+        return worker_factory(
+            pool=pool, concurrency=concurrency, queues=(QUEUE,), env={**probe_env, **(env or {})}
+        )
 
     return start
 
@@ -397,15 +401,17 @@ def test_toolexec_worker_with_no_options_starts_the_prefork_worker(
     assert ran["thread"] == "MainThread"
 
 
+@pytest.mark.parametrize("loop_reads", ["true", "false"])
 @pytest.mark.parametrize("task", [TASK_AT_LEAST_ONCE, TASK_AT_MOST_ONCE])
 def test_an_asyncio_worker_with_c_n_runs_n_calls_at_once_with_a_prefetch_count_of_n(
     start_worker: Callable[..., WorkerProcess],
     redis_client: redis.Redis,
     settings: Settings,
     task: str,
+    loop_reads: str,
 ) -> None:
     n = 12
-    worker = start_worker(concurrency=n)
+    worker = start_worker(concurrency=n, env={"TOOLEXEC_LOOP_READS": loop_reads})
     assert worker.info is not None
     control = Celery("inspect", set_as_current=False)
     control.conf.update(broker_url=settings.broker_url, broker_connection_retry_on_startup=True)
@@ -430,9 +436,11 @@ def test_an_asyncio_worker_with_c_n_runs_n_calls_at_once_with_a_prefetch_count_o
 
     # While the first n await: n running on the worker.
     assert wait_until(lambda: len(_active(inspect)) == n, timeout=15), _active(inspect)
-    if task == TASK_AT_LEAST_ONCE:
+    if task == TASK_AT_LEAST_ONCE or loop_reads == "true":
         # Unacknowledged until they end: prefetch holds back no more than the n running,
-        # and the second wave waits in Redis, where another worker could take it.
+        # and the second wave waits in Redis, where another worker could take it. Read
+        # by the pool's loop, a read takes no more than the free slots, whenever the call
+        # is acknowledged: an at-most-once call's second wave waits in Redis too.
         held, queued = _reserved(inspect), int(redis_client.llen(QUEUE))
         assert (held, queued) == ([], n)
     else:
@@ -458,3 +466,80 @@ def _active(inspect: Any) -> list[Any]:
 def _reserved(inspect: Any) -> list[Any]:
     answer = inspect.reserved() or {}
     return [request for requests in answer.values() for request in requests]
+
+
+@pytest.mark.parametrize("loop_reads", ["true", "false"])
+def test_the_pool_reads_its_queues_on_its_own_loop_unless_told_not_to(
+    start_worker: Callable[..., WorkerProcess],
+    settings: Settings,
+    tool_client: ToolClient,
+    loop_reads: str,
+) -> None:
+    worker = start_worker(concurrency=10, env={"TOOLEXEC_LOOP_READS": loop_reads})
+    assert worker.info is not None
+    wait = remote_tool("probe_async_wait", timeout=30)
+
+    async def calls() -> list[Any]:
+        return await asyncio.gather(*(wait.run(seconds=0.05) for _ in range(30)))
+
+    results = [wait(seconds=0.0) for _ in range(5)] + asyncio.run(calls())
+    stats = _pool_stats(settings, worker)
+
+    assert len(results) == 35 and all(r["thread"] == "toolexec-asyncio" for r in results)
+    read = stats["loop-reads"]
+    if loop_reads == "true":
+        assert read["messages"] == 35  # every call, none read by Celery's consumer
+        assert 1 <= read["reads"] <= 35
+    else:
+        assert read == {"messages": 0, "reads": 0}
+
+
+def test_a_queue_added_with_celery_control_is_read_by_the_pool(
+    start_worker: Callable[..., WorkerProcess],
+    redis_client: redis.Redis,
+    settings: Settings,
+) -> None:
+    # Celery's add_consumer changes the task consumer's queues; the pool's reader reads
+    # what it consumes.
+    worker = start_worker(concurrency=10)
+    assert worker.info is not None
+    extra = f"aio-extra-{uuid.uuid4().hex[:8]}"
+    reply_to = f"aiotest-{uuid.uuid4().hex}"
+    call = CallRequest(
+        call_id=uuid.uuid4().hex,
+        tool="probe_async_wait",
+        arguments={"seconds": 0.0},
+        reply_to=reply_to,
+        deadline=time.time() + 60,
+    )
+    try:
+        redis_client.lpush(
+            extra,
+            redis_envelope(
+                call, queue=extra, headers=task_headers(call, task_name=TASK_AT_MOST_ONCE)
+            ),
+        )
+        answer = _control(settings).control.add_consumer(
+            extra, destination=[worker.info.hostname], reply=True
+        )
+        outcomes = _replies(redis_client, reply_to, 1, timeout=30)
+    finally:
+        redis_client.delete(extra)
+
+    assert answer and "ok" in answer[0][worker.info.hostname]
+    assert [o.ok for o in outcomes] == [True]
+    assert _pool_stats(settings, worker)["loop-reads"]["messages"] == 1
+
+
+def _control(settings: Settings) -> Celery:
+    control = Celery("inspect", set_as_current=False)
+    control.conf.update(broker_url=settings.broker_url, broker_connection_retry_on_startup=True)
+    return control
+
+
+def _pool_stats(settings: Settings, worker: WorkerProcess) -> dict[str, Any]:
+    assert worker.info is not None
+    inspect = _control(settings).control.inspect(destination=[worker.info.hostname], timeout=5)
+    stats = inspect.stats() or {}
+    pool: dict[str, Any] = stats[worker.info.hostname]["pool"]
+    return pool
