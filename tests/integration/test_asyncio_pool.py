@@ -503,6 +503,7 @@ def test_a_queue_added_with_celery_control_is_read_by_the_pool(
     # what it consumes.
     worker = start_worker(concurrency=10)
     assert worker.info is not None
+    host = worker.info.hostname
     extra = f"aio-extra-{uuid.uuid4().hex[:8]}"
     reply_to = f"aiotest-{uuid.uuid4().hex}"
     call = CallRequest(
@@ -519,14 +520,16 @@ def test_a_queue_added_with_celery_control_is_read_by_the_pool(
                 call, queue=extra, headers=task_headers(call, task_name=TASK_AT_MOST_ONCE)
             ),
         )
-        answer = _control(settings).control.add_consumer(
-            extra, destination=[worker.info.hostname], reply=True
-        )
+        control = _control(settings).control
+        # Celery's broadcasts reach a worker only once its control consumer has subscribed,
+        # a moment after its heartbeat: it answers a ping from then on.
+        assert wait_until(lambda: control.ping(destination=[host], timeout=1), timeout=30)
+        answer = control.add_consumer(extra, destination=[host], reply=True)
         outcomes = _replies(redis_client, reply_to, 1, timeout=30)
     finally:
         redis_client.delete(extra)
 
-    assert answer and "ok" in answer[0][worker.info.hostname]
+    assert answer and "ok" in answer[0][host]
     assert [o.ok for o in outcomes] == [True]
     assert _pool_stats(settings, worker)["loop-reads"]["messages"] == 1
 

@@ -51,8 +51,20 @@ def _all_own(who: str, count: int, results: list[dict[str, Any]]) -> bool:
     ] * 2
 
 
+#: Set in each pool process (``_join_pool``): three jobs start only once three processes
+#: hold one each, so no process takes two of them.
+_TOGETHER: Any = None
+
+
+def _join_pool(together: Any) -> None:
+    global _TOGETHER
+    _TOGETHER = together
+
+
 def _child_in_pool(index: int) -> tuple[str, bool, str]:
     """A multiprocessing worker's job: its own calls, and the client id it used."""
+    assert _TOGETHER is not None
+    _TOGETHER.wait(60)  # one job per process: a process runs one job at a time
     who = f"pool-{index}-{os.getpid()}"
     results = _calls(who, 15)
     assert _ECHO is not None
@@ -102,7 +114,7 @@ def test_a_proxy_made_before_a_multiprocessing_pool_serves_the_parent_and_every_
     parent_id = tool_client.client_id
     context = multiprocessing.get_context("fork")
 
-    with context.Pool(3) as pool:
+    with context.Pool(3, initializer=_join_pool, initargs=(context.Barrier(3),)) as pool:
         children = pool.map_async(_child_in_pool, range(3))
         results = _calls("parent", 20)  # while the children call too
         reports = children.get(timeout=120)
