@@ -39,19 +39,24 @@ MARK = "p0is0n-" + uuid.uuid4().hex[:8]
 MAX_ARGUMENT_BYTES = 4096
 
 
-@pytest.fixture(params=["false", "true"], ids=["ack-emulation-off", "ack-emulation-on"])
+@pytest.fixture(
+    params=[("prefork", "false"), ("prefork", "true"), ("asyncio", "false")],
+    ids=["ack-emulation-off", "ack-emulation-on", "asyncio-loop-reads"],
+)
 def worker(
     request: pytest.FixtureRequest, settings_env: dict[str, str], tmp_path: Path
 ) -> Iterator[WorkerProcess]:
-    """A prefork worker of the fault tools at INFO, with kombu's ack emulation off or on."""
+    """A worker of the fault tools at INFO: prefork with kombu's ack emulation off or on,
+    and the asyncio pool, whose event loop reads the queue (executor.pools.reads)."""
+    pool, ack_emulation = request.param
     env = fault_env(
         settings_env,
-        TOOLEXEC_ACK_EMULATION=request.param,
+        TOOLEXEC_ACK_EMULATION=ack_emulation,
         TOOLEXEC_MAX_ARGUMENT_BYTES=str(MAX_ARGUMENT_BYTES),
     )
     process = WorkerProcess(
         name=f"poison-{uuid.uuid4().hex[:8]}",
-        pool="prefork",
+        pool=pool,
         concurrency=2,
         queues=(FAULT_QUEUE,),
         env=env,
