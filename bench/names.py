@@ -26,6 +26,9 @@ __all__ = [
     "SHED_QUEUE",
     "SHED_RAN",
     "SHED_RAN_RAW",
+    "SIZING_IDEMPOTENT",
+    "SIZING_PLAIN",
+    "SIZING_QUEUE",
     "TASKIQ_RESULTS",
     "TASKIQ_STREAM",
     "TOOLEXEC_QUEUE",
@@ -97,6 +100,12 @@ def rpc_reply(client_id: str) -> str:
 def scale_queue(processes: int) -> str:
     """Queue that exactly ``processes`` scaling workers consume."""
     return f"bench_scale{processes}"
+
+
+#: Scenario 15's queue (Redis CPU per call), and its two no-ops: plain and idempotent.
+SIZING_QUEUE = "bench_sizing"
+SIZING_PLAIN = "sizing_noop"
+SIZING_IDEMPOTENT = "sizing_noop_idempotent"
 
 
 #: The values of TOOLEXEC_LOOP_READS scenario 14 compares, on the asyncio pool.

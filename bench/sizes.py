@@ -45,6 +45,8 @@ class Sizes:
         events_in_flight: Calls in flight in scenario 12 (task events on and off).
         events_rounds: A B A B rounds of scenario 12.
         events_calls: Calls per block of scenario 12.
+        sizing_calls: Calls per block of scenario 15 (enough that the server's CPU time,
+            counted by the OS in 10 ms ticks, is read to a few percent).
     """
 
     name: str
@@ -78,6 +80,7 @@ class Sizes:
     events_in_flight: int = 100
     events_rounds: int = 3
     events_calls: int = 1000
+    sizing_calls: int = 5000
 
     def throughput_block(self, in_flight: int) -> int:
         """Calls per block at ``in_flight`` calls in flight."""
@@ -145,4 +148,5 @@ SMOKE = Sizes(
     peer_per_lane=1,
     events_rounds=1,
     events_calls=200,
+    sizing_calls=200,
 )

@@ -140,3 +140,18 @@ def _reads_noop() -> None:
 # One no-op per worker of the loop-reads scenario (TOOLEXEC_LOOP_READS on and off).
 for _mode in names.LOOP_READS:
     tool(name=names.reads_tool(_mode), queue=names.reads_queue(_mode))(_reads_noop)
+
+
+@tool(name=names.SIZING_PLAIN, queue=names.SIZING_QUEUE)
+def sizing_noop() -> None:
+    """Do nothing: scenario 15's plain call."""
+
+
+@tool(name=names.SIZING_IDEMPOTENT, queue=names.SIZING_QUEUE, idempotent=True)
+def sizing_noop_idempotent(key: int) -> int:
+    """Return ``key``: scenario 15's idempotent call (a fresh key each time, so each runs).
+
+    Args:
+        key: Any number; two calls with the same key in one run are the same call.
+    """
+    return key

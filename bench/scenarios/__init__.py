@@ -16,6 +16,7 @@ from bench.scenarios import (
     loop_reads,
     peers,
     redis_commands,
+    redis_sizing,
     replica_acks,
     roundtrip,
     scaling,
@@ -53,4 +54,5 @@ SCENARIOS: tuple[Scenario, ...] = (
     task_events,
     replica_acks,
     loop_reads,
+    redis_sizing,
 )

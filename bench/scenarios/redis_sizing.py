@@ -1,0 +1,166 @@
+"""15. Redis CPU per call: how many calls a second one Redis core serves.
+
+Redis runs commands on one thread, so the CPU it spends per call bounds what one server
+serves: about one second of CPU per second, a core. The scenario keeps calls in flight
+through an asyncio worker of its own (``-c`` as in scenario 2, on a queue of its own) and
+reads, around each block, the Redis server's CPU time (user + system, less its rate with
+no calls) and the commands it ran (``INFO commandstats``, commands inside scripts counted).
+Two kinds of call alternate: a plain no-op, and an idempotent no-op with a fresh key each
+time (so each one runs: a claim, a begin, a stored outcome). The estimate, calls/s per
+Redis core, is 1 s over the Redis CPU per call: what one server could serve if nothing
+else held it back (this machine's client and worker saturate long before it does). A
+fleet that needs more than that needs a Redis that scales out (docs/deploy.md).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from agent_client import run_scope
+from bench import names
+from bench.cpu import own_cpu
+from bench.harness import PROJECT_ROOT, Bench
+from bench.peers.usage import commands_run
+from bench.report import Goal, ScenarioResult, Table, rate
+from bench.stats import alternate, keep_in_flight
+from toolexec import WorkerProcess
+
+NUMBER = 15
+TITLE = "Redis CPU per call: how many calls a second one Redis core serves"
+
+_TIMEOUT = 120.0
+_WARMUP = 50
+_PLAIN = "plain no-op"
+_IDEMPOTENT = "idempotent no-op, each a fresh key"
+
+
+@dataclass
+class _Usage:
+    """One kind's blocks: calls, seconds, Redis CPU seconds and commands (idle taken away)."""
+
+    calls: int = 0
+    seconds: float = 0.0
+    redis: float = 0.0
+    commands: float = 0.0
+
+
+def run(bench: Bench) -> ScenarioResult:
+    """Redis CPU and commands per call, plain and idempotent, with calls in flight."""
+    concurrency = bench.sizes.throughput_pool_concurrency
+    worker = WorkerProcess(
+        name="sizing",
+        pool="asyncio",
+        concurrency=concurrency,
+        queues=[names.SIZING_QUEUE],
+        env=bench.env,
+        cwd=PROJECT_ROOT,
+        log_dir=bench.logs,
+    )
+    with bench.launched([worker]):
+        return _measure(bench, concurrency)
+
+
+def _measure(bench: Bench, concurrency: int) -> ScenarioResult:
+    sizes = bench.sizes
+    in_flight, total = sizes.events_in_flight, sizes.sizing_calls
+    plain = bench.tool(names.SIZING_PLAIN)
+    idempotent = bench.tool(names.SIZING_IDEMPOTENT)
+    keys = itertools.count()
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
+        _PLAIN: lambda: plain.invoke({}, timeout=_TIMEOUT),
+        _IDEMPOTENT: lambda: idempotent.invoke({"key": next(keys)}, timeout=_TIMEOUT),
+    }
+    with run_scope():
+        for call in calls.values():
+            bench.run(keep_in_flight(call, min(in_flight, _WARMUP), _WARMUP))
+        idle_cpu, idle_commands = _idle_rates(bench)
+        usage = {kind: _Usage() for kind in calls}
+
+        def block(kind: str) -> Callable[[], None]:
+            def measured() -> None:
+                cpu, commands = own_cpu(bench.server.pid or 0), commands_run(bench.redis)
+                elapsed = bench.run(keep_in_flight(calls[kind], in_flight, total))
+                spent_cpu = own_cpu(bench.server.pid or 0) - cpu
+                spent_commands = commands_run(bench.redis) - commands
+                u = usage[kind]
+                u.calls += total
+                u.seconds += elapsed
+                u.redis += max(0.0, spent_cpu - idle_cpu * elapsed)
+                u.commands += max(0.0, spent_commands - idle_commands * elapsed)
+
+            return measured
+
+        alternate([(kind, block(kind)) for kind in calls], sizes.events_rounds)
+    rows, goals = [], []
+    for kind, u in usage.items():
+        per_call = u.redis / u.calls
+        per_core = 1.0 / per_call if per_call > 0 else float("inf")
+        rows.append(
+            (
+                kind,
+                rate(u.calls / u.seconds),
+                f"{per_call * 1e6:.1f}",
+                f"{u.commands / u.calls:.2f}",
+                rate(per_core),
+            )
+        )
+        goals.append(
+            Goal(
+                name=f"calls/s one Redis core serves, {kind}",
+                measured=rate(per_core),
+                target="information",
+                met=None,
+            )
+        )
+    return ScenarioResult(
+        number=NUMBER,
+        title=TITLE,
+        tables=[
+            Table(
+                columns=(
+                    f"call (asyncio -c {concurrency}, {in_flight} in flight)",
+                    "calls/s here",
+                    "Redis CPU µs/call",
+                    "Redis commands/call",
+                    "calls/s per Redis core",
+                ),
+                rows=rows,
+            )
+        ],
+        goals=goals,
+        notes=[
+            (
+                f"{sizes.events_rounds} alternated rounds of {total:,} calls per kind, "
+                f"{in_flight} in flight from one client process, each block within one run "
+                "scope (an idempotent call's key is its run and its arguments)."
+            ),
+            (
+                "Redis CPU: user + system time of the server over each block, less its rate "
+                f"over 1 s with no calls ({idle_cpu * 1000:.1f} ms/s); commands likewise "
+                f"({idle_commands:.0f}/s: heartbeats, the workers' reads). Calls/s per Redis "
+                "core: 1 s over the Redis CPU per call, the most one server serves. The OS "
+                "counts CPU time in ticks of 10 ms: the figures are good to about "
+                f"{_tick_share(usage):.0%}."
+            ),
+        ],
+    )
+
+
+def _tick_share(usage: dict[str, _Usage]) -> float:
+    """One 10 ms tick against the least Redis CPU a kind was read at."""
+    least = min((u.redis for u in usage.values()), default=0.0)
+    return 0.01 / least if least > 0 else 1.0
+
+
+def _idle_rates(bench: Bench, seconds: float = 1.0) -> tuple[float, float]:
+    """The server's CPU seconds and commands per second with no calls."""
+    cpu, commands = own_cpu(bench.server.pid or 0), commands_run(bench.redis)
+    start = time.perf_counter()
+    time.sleep(seconds)
+    elapsed = time.perf_counter() - start
+    spent_cpu = own_cpu(bench.server.pid or 0) - cpu
+    spent_commands = commands_run(bench.redis) - commands
+    return max(0.0, spent_cpu) / elapsed, max(0.0, spent_commands) / elapsed
