@@ -20,7 +20,7 @@ from redis import Redis
 
 from bench.cpu import cpu_split, own_cpu
 
-__all__ = ["Reading", "Usage", "commands_run"]
+__all__ = ["Reading", "Usage", "commands_run", "idle_usage"]
 
 
 def commands_run(client: Redis) -> int:
@@ -51,6 +51,19 @@ class Reading:
             redis=0.0 if server_pid is None else own_cpu(server_pid),
             commands=commands,
         )
+
+
+def idle_usage(
+    server: Redis, server_pid: int | None, worker_pid: int | None, seconds: float = 1.0
+) -> Usage:
+    """What the readings give over ``seconds`` with no calls (for :meth:`Usage.net`)."""
+    before = Reading.take(server, server_pid, worker_pid)
+    start = time.perf_counter()
+    time.sleep(seconds)
+    elapsed = time.perf_counter() - start
+    usage = Usage()
+    usage.add(before, Reading.take(server, server_pid, worker_pid), seconds=elapsed, calls=0)
+    return usage
 
 
 @dataclass(kw_only=True)

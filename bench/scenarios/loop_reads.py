@@ -16,12 +16,11 @@ reads on the loop by the side whose consumer reads.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 
 from bench import names
 from bench.harness import PROJECT_ROOT, Bench
-from bench.peers.usage import Reading, Usage
+from bench.peers.usage import Reading, Usage, idle_usage
 from bench.report import Goal, ScenarioResult, Table, ms, rate, ratio
 from bench.stats import Latencies, alternate, keep_in_flight, timed_async
 from toolexec import WorkerProcess
@@ -61,7 +60,7 @@ def _measure(bench: Bench, pids: dict[str, int | None], concurrency: int) -> Sce
     calls = {mode: _caller(bench, mode) for mode in pids}
     for call in calls.values():  # connections open, scripts loaded
         bench.run(keep_in_flight(call, min(in_flight, _WARMUP), _WARMUP))
-    idle = _idle(bench, pids)
+    idle = {mode: idle_usage(bench.redis, bench.server.pid, pid) for mode, pid in pids.items()}
     usage = {mode: Usage() for mode in pids}
     latencies: dict[str, list[list[float]]] = {mode: [] for mode in pids}
 
@@ -148,22 +147,3 @@ def _measure(bench: Bench, pids: dict[str, int | None], concurrency: int) -> Sce
 def _caller(bench: Bench, mode: str) -> Callable[[], Awaitable[object]]:
     tool = bench.tool(names.reads_tool(mode))
     return lambda: tool.invoke({}, timeout=_TIMEOUT)
-
-
-def _idle(bench: Bench, pids: dict[str, int | None], seconds: float = 1.0) -> dict[str, Usage]:
-    """What each side's readings give over ``seconds`` with no calls."""
-    before = {mode: Reading.take(bench.redis, bench.server.pid, pid) for mode, pid in pids.items()}
-    start = time.perf_counter()
-    time.sleep(seconds)
-    elapsed = time.perf_counter() - start
-    idle = {}
-    for mode, pid in pids.items():
-        usage = Usage()
-        usage.add(
-            before[mode],
-            Reading.take(bench.redis, bench.server.pid, pid),
-            seconds=elapsed,
-            calls=0,
-        )
-        idle[mode] = usage
-    return idle

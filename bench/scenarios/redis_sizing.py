@@ -15,15 +15,12 @@ fleet that needs more than that needs a Redis that scales out (docs/deploy.md).
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from agent_client import run_scope
 from bench import names
-from bench.cpu import own_cpu
 from bench.harness import PROJECT_ROOT, Bench
-from bench.peers.usage import commands_run
+from bench.peers.usage import Reading, Usage, idle_usage
 from bench.report import Goal, ScenarioResult, Table, rate
 from bench.stats import alternate, keep_in_flight
 from toolexec import WorkerProcess
@@ -35,16 +32,6 @@ _TIMEOUT = 120.0
 _WARMUP = 50
 _PLAIN = "plain no-op"
 _IDEMPOTENT = "idempotent no-op, each a fresh key"
-
-
-@dataclass
-class _Usage:
-    """One kind's blocks: calls, seconds, Redis CPU seconds and commands (idle taken away)."""
-
-    calls: int = 0
-    seconds: float = 0.0
-    redis: float = 0.0
-    commands: float = 0.0
 
 
 def run(bench: Bench) -> ScenarioResult:
@@ -73,37 +60,35 @@ def _measure(bench: Bench, concurrency: int) -> ScenarioResult:
         _PLAIN: lambda: plain.invoke({}, timeout=_TIMEOUT),
         _IDEMPOTENT: lambda: idempotent.invoke({"key": next(keys)}, timeout=_TIMEOUT),
     }
+    server, pid = bench.redis, bench.server.pid
     with run_scope():
         for call in calls.values():
             bench.run(keep_in_flight(call, min(in_flight, _WARMUP), _WARMUP))
-        idle_cpu, idle_commands = _idle_rates(bench)
-        usage = {kind: _Usage() for kind in calls}
+        idle = idle_usage(server, pid, None)
+        usage = {kind: Usage() for kind in calls}
 
         def block(kind: str) -> Callable[[], None]:
             def measured() -> None:
-                cpu, commands = own_cpu(bench.server.pid or 0), commands_run(bench.redis)
+                before = Reading.take(server, pid, None)
                 elapsed = bench.run(keep_in_flight(calls[kind], in_flight, total))
-                spent_cpu = own_cpu(bench.server.pid or 0) - cpu
-                spent_commands = commands_run(bench.redis) - commands
-                u = usage[kind]
-                u.calls += total
-                u.seconds += elapsed
-                u.redis += max(0.0, spent_cpu - idle_cpu * elapsed)
-                u.commands += max(0.0, spent_commands - idle_commands * elapsed)
+                usage[kind].add(
+                    before, Reading.take(server, pid, None), seconds=elapsed, calls=total
+                )
 
             return measured
 
         alternate([(kind, block(kind)) for kind in calls], sizes.events_rounds)
+    net = {kind: u.net(idle) for kind, u in usage.items()}
     rows, goals = [], []
-    for kind, u in usage.items():
-        per_call = u.redis / u.calls
+    for kind, u in net.items():
+        per_call = u.per_call(u.redis)
         per_core = 1.0 / per_call if per_call > 0 else float("inf")
         rows.append(
             (
                 kind,
-                rate(u.calls / u.seconds),
+                rate(u.rate),
                 f"{per_call * 1e6:.1f}",
-                f"{u.commands / u.calls:.2f}",
+                f"{u.per_call(u.commands):.2f}",
                 rate(per_core),
             )
         )
@@ -139,28 +124,19 @@ def _measure(bench: Bench, concurrency: int) -> ScenarioResult:
             ),
             (
                 "Redis CPU: user + system time of the server over each block, less its rate "
-                f"over 1 s with no calls ({idle_cpu * 1000:.1f} ms/s); commands likewise "
-                f"({idle_commands:.0f}/s: heartbeats, the workers' reads). Calls/s per Redis "
+                f"over 1 s with no calls ({idle.redis / idle.seconds * 1000:.1f} ms/s); commands "
+                f"likewise ({idle.commands / idle.seconds:.0f}/s: heartbeats, the workers' "
+                "reads). Calls/s per Redis "
                 "core: 1 s over the Redis CPU per call, the most one server serves. The OS "
-                "counts CPU time in ticks of 10 ms: the figures are good to about "
-                f"{_tick_share(usage):.0%}."
+                "counts CPU time in ticks of 10 ms, here "
+                f"{_tick_share(net):.0%} of the least reading; runs on a shared machine "
+                "differ by more."
             ),
         ],
     )
 
 
-def _tick_share(usage: dict[str, _Usage]) -> float:
+def _tick_share(usage: dict[str, Usage]) -> float:
     """One 10 ms tick against the least Redis CPU a kind was read at."""
     least = min((u.redis for u in usage.values()), default=0.0)
     return 0.01 / least if least > 0 else 1.0
-
-
-def _idle_rates(bench: Bench, seconds: float = 1.0) -> tuple[float, float]:
-    """The server's CPU seconds and commands per second with no calls."""
-    cpu, commands = own_cpu(bench.server.pid or 0), commands_run(bench.redis)
-    start = time.perf_counter()
-    time.sleep(seconds)
-    elapsed = time.perf_counter() - start
-    spent_cpu = own_cpu(bench.server.pid or 0) - cpu
-    spent_commands = commands_run(bench.redis) - commands
-    return max(0.0, spent_cpu) / elapsed, max(0.0, spent_commands) / elapsed
