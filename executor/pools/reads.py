@@ -33,10 +33,10 @@ documented ACL user may not send: it reaches other connections). Where the push 
 the read ends within :data:`READ_BLOCK`.
 
 **Redis away.** A read that fails (the connection broke, or Redis froze past
-:data:`SOCKET_TIMEOUT`) is sent again after a pause growing from :data:`FIRST_PAUSE` to
-:data:`MAX_PAUSE`; a read whose reply was lost as the connection broke loses its messages
-unrecorded, as kombu's own read does, and the client's watchdog notices them neither
-queued nor held (docs/guarantees.md).
+:data:`SOCKET_TIMEOUT`) is sent again after a pause of 50 ms doubling to 1 s
+(:func:`executor.worker.retry_pauses`, without an end); a read whose reply was lost as
+the connection broke loses its messages unrecorded, as kombu's own read does, and the
+client's watchdog notices them neither queued nor held (docs/guarantees.md).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import uuid
 from collections.abc import Callable, Sequence
@@ -54,12 +55,11 @@ import redis.asyncio
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from executor.worker import retry_pauses
 from wire import keys
 from wire.connect import async_pool, sync_client
 
 __all__ = [
-    "FIRST_PAUSE",
-    "MAX_PAUSE",
     "MAX_READ",
     "READ_BLOCK",
     "SOCKET_TIMEOUT",
@@ -69,8 +69,9 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Most messages one read takes, as the channel's own reads (its ``BATCH_MAX``): a read
-#: whose reply is lost as the connection breaks loses no more.
+#: Most messages one read takes, the loop's and Celery's channel's own alike
+#: (``executor.seams.transport.BATCH_MAX``): a read whose reply is lost as the connection
+#: breaks loses no more.
 MAX_READ = 100
 #: Seconds one read blocks on empty queues before it is sent again (``BLMPOP``'s timeout).
 READ_BLOCK = 1.0
@@ -80,9 +81,6 @@ SOCKET_TIMEOUT = READ_BLOCK + 5.0
 #: Seconds :meth:`LoopReader.detach` waits for a read under way to end when the server
 #: did not unblock it.
 DETACH_PATIENCE = SOCKET_TIMEOUT + 1.0
-#: Pauses between reads that failed: the first, and the longest it doubles to.
-FIRST_PAUSE = 0.05
-MAX_PAUSE = 1.0
 
 
 class ReadChannel(Protocol):
@@ -212,7 +210,7 @@ class LoopReader:
 
     async def _run(self) -> None:
         assert self._wake is not None  # made by _begin, on this loop, before this runs
-        pauses = _pauses()
+        pauses = retry_pauses(math.inf)
         while not self._stopped:
             channel = self._channel
             lists = channel.toolexec_read_lists() if channel is not None else []
@@ -224,9 +222,9 @@ class LoopReader:
                 continue
             failed = await self._read_and_hand_over(channel, lists, min(room, MAX_READ))
             if not failed:
-                pauses = _pauses()
+                pauses = retry_pauses(math.inf)
                 continue
-            pause = next(pauses)
+            pause = next(pauses, 1.0)  # never runs out: its patience is endless
             logger.warning(
                 "the asyncio pool could not read its queues (%s); reading again in %.2f s",
                 failed,
@@ -321,13 +319,6 @@ class LoopReader:
             pipe.execute()
         except redis.RedisError as exc:  # refused, or Redis is away: the block ends it
             logger.debug("could not end the pool's read at once: %s", type(exc).__name__)
-
-
-def _pauses() -> Any:
-    pause = FIRST_PAUSE
-    while True:
-        yield pause
-        pause = min(pause * 2, MAX_PAUSE)
 
 
 def _text(value: Any) -> str:

@@ -83,6 +83,7 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
+from executor.pools.reads import MAX_READ
 from executor.seams.deadletter import Refusal, dead_letter, describe
 from executor.seams.put_back import PutBacks, call_id_of
 from executor.worker import redis_client_for_url
@@ -114,8 +115,9 @@ BROKER_URL_OPTION = "toolexec_broker_url"
 
 #: Most messages one read (``BLMPOP``) takes; fewer when prefetch leaves less room. A
 #: read's messages are handed to Celery one after another in one turn of the consumer's
-#: event loop, so this bounds how long a turn lasts.
-BATCH_MAX = 100
+#: event loop, so this bounds how long a turn lasts. The asyncio pool's reader takes as
+#: many at most (one bound for both).
+BATCH_MAX = MAX_READ
 
 logger = logging.getLogger(__name__)
 
