@@ -213,6 +213,11 @@ class Heartbeat:
 
     def beat(self) -> None:
         """Refresh this worker's heartbeat key once."""
+        # Deadlines use Redis' clock: measure its offset (once a minute) for this process
+        # and its pool children (wire.clock), off the call path, and before the first beat
+        # publishes this worker and its tools: a client sends calls once it sees them, and
+        # a call checked against an unmeasured clock (one that runs ahead) was refused.
+        refresh_shared_clock(self._client)
         pipe = self._client.pipeline(transaction=False)
         if self._specs:
             pipe.hset(keys.CATALOG, mapping=cast(Any, self._specs))
@@ -247,9 +252,6 @@ class Heartbeat:
             logger.warning("heartbeat of %s: Redis takes writes again", self.info.worker_id)
         if self._keeper is not None:
             self._keeper.note(held, info.model_dump_json())
-        # Deadlines use Redis' clock: measure its offset (once a minute) for this process
-        # and its pool children (wire.clock), before the first call and off the call path.
-        refresh_shared_clock(self._client)
 
     def _keep_alive(self, records: list[str], marker_ms: int) -> None:
         """Redis refuses writes for want of memory: keep this worker's key and its records
