@@ -32,6 +32,7 @@ from agent_client._io.cancels import abandoned
 from agent_client._io.link import Refused, Unknown
 from agent_client._io.loop import IOThread, Waiter, reset_after_fork, settle
 from agent_client._io.replies import ProgressReceiver, ReplyRouter
+from agent_client._io.runlog import RunLog
 from agent_client._io.send import LoopBatcher, Publisher
 from agent_client._io.watchdog import Watchdog
 from agent_client._io.writes import Writes
@@ -48,6 +49,7 @@ from agent_client.validation import ArgumentValidator
 from wire import clock as wire_clock
 from wire import keys
 from wire.models import CallOutcome, ErrorKind, ToolSpec, should_store
+from wire.runlog import ABANDONED, ANSWERED, FAILED, JOINED, SENT, TIMEOUT, event, now_ms, run_of
 from wire.settings import Settings
 from wire.urls import AMQP_SCHEMES, REDIS_SCHEMES
 
@@ -116,8 +118,13 @@ class ToolClient:
             keys.reply(self.client_id),
             block=min(1.0, settings.heartbeat_interval),
         )
+        #: Each call's life as this client sees it, in its run's log (wire.runlog).
+        self.runlog = RunLog(self.io, settings)
         self.publisher = Publisher(
-            self.io, broker_url=settings.broker_url, store_url=settings.redis_url
+            self.io,
+            broker_url=settings.broker_url,
+            store_url=settings.redis_url,
+            runlog=self.runlog,
         )
         self.watchdog = Watchdog(
             self.replies,
@@ -299,6 +306,7 @@ class ToolClient:
             expires_at=None if timeout is None else time.monotonic() + timeout,
             record=record,
             record_ttl_ms=self.settings.handle_ttl * 1000,
+            made_at=now_ms() if self.runlog.on else None,
         )
         state.resend = lambda: self.publisher.send([send])
         if batcher is not None:
@@ -359,24 +367,47 @@ class ToolClient:
             first = False
             if watch is not None:
                 watch.sent(call, state)
+            if state is None:  # answered from this process's memory of stored outcomes
+                self._log(call, SENT, {"tool": call.spec.name, "key": call.idempotency_key})
+                self._log(call, JOINED, {"stored": "1"})
             try:
                 outcome = yield future
             except ToolTimeoutError as exc:
                 stalled = self.publisher.stalled(longer_than=SEND_STALL)
                 sent = None if state is None else state.abandon()
                 abandoned(self, call.call_id, call.spec, state)
-                raise deadline_error(
+                error = deadline_error(
                     call.spec.name, exc, sent, stalled=stalled, call_id=call.call_id
-                ) from None
+                )
+                self._log(call, TIMEOUT, {"type": type(error).__name__})
+                raise error from None
+            except RemoteToolError as exc:  # the client's own: lost, not sent, cancelled
+                abandoned(self, call.call_id, call.spec, state)
+                self._log(call, FAILED, {"type": type(exc).__name__})
+                raise
             except BaseException:  # the caller's task cancelled, or the generator closed
                 abandoned(self, call.call_id, call.spec, state)
+                self._log(call, ABANDONED)
                 raise
             finally:
                 self.replies.forget(call.call_id)
+            if call.idempotency_key is not None:
+                # A keyed call's outcome may come from another delivery's run (it joined,
+                # or its worker found the outcome stored): only the caller sees its end.
+                self._log(call, ANSWERED, {"kind": _kind(outcome)})
             if not joined_an_expired_call(call, outcome):
                 if watch is not None:
                     watch.answered(call, outcome)
                 return self._result(call, outcome, timeout=options.timeout)
+
+    def _log(
+        self, call: PreparedCall, kind: str, fields: dict[str, str | None] | None = None
+    ) -> None:
+        """Add an event of ``call`` to its run's log (from the caller's thread)."""
+        if self.runlog.on:
+            request = call.request
+            run = run_of(request.run_id, request.reply_to)
+            self.runlog.add_soon(run, event(kind, request.call_id, fields))
 
     async def call(
         self,
@@ -516,3 +547,10 @@ def get_client() -> ToolClient:
     if client._pid != os.getpid():  # forked, and the fork hook did not run
         client._after_fork()
     return client
+
+
+def _kind(outcome: CallOutcome) -> str:
+    """An outcome's kind as the run log names it: ``ok`` or its error's kind."""
+    if outcome.ok:
+        return "ok"
+    return outcome.error.kind.value if outcome.error is not None else ErrorKind.EXECUTION.value

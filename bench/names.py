@@ -16,6 +16,7 @@ __all__ = [
     "DRAMATIQ_RESULTS",
     "EVENTS_WORKERS",
     "LOOP_READS",
+    "RUN_LOG",
     "POOL_QUEUE",
     "RAW_PREFETCH1_QUEUE",
     "RAW_QUEUE",
@@ -37,6 +38,8 @@ __all__ = [
     "events_tool",
     "reads_queue",
     "reads_tool",
+    "runlog_queue",
+    "runlog_tool",
     "rpc_reply",
     "scale_queue",
     "scale_tool",
@@ -120,6 +123,20 @@ def reads_queue(mode: str) -> str:
 def reads_tool(mode: str) -> str:
     """The no-op registered on :func:`reads_queue` ``(mode)``."""
     return f"reads_{mode}_noop"
+
+
+#: The values of TOOLEXEC_RUN_LOG scenario 16 compares, on the asyncio pool.
+RUN_LOG: tuple[str, ...] = ("on", "off")
+
+
+def runlog_queue(mode: str) -> str:
+    """Queue of scenario 16's worker with ``TOOLEXEC_RUN_LOG=mode``."""
+    return f"bench_runlog_{mode}"
+
+
+def runlog_tool(mode: str) -> str:
+    """The no-op registered on :func:`runlog_queue` ``(mode)``."""
+    return f"runlog_{mode}_noop"
 
 
 def events_queue(pool: str, events: str) -> str:

@@ -271,6 +271,7 @@ def _soak(args: argparse.Namespace, workdir: Path, command: str) -> int:
                 reply_ttl=settings.reply_ttl,
                 outcome_ttl=settings.outcome_ttl,
                 claim_ttl=args.deadline + settings.claim_margin,
+                run_log_ttl=settings.run_log_ttl,
             )
             waited = (
                 wait_for_call_keys(db, rules.longest_call_rule + _GRACE) if args.wait_ttl else None

@@ -141,6 +141,7 @@ class KeyRules:
     reply_ttl: float
     outcome_ttl: float
     claim_ttl: float  # deadline + hard limit + claim margin
+    run_log_ttl: float  # each run's log and the recent-runs index (wire.runlog)
 
     def rule(self, family: str) -> float | None:
         """The family's longest TTL; None for a family the soak does not expect."""
@@ -160,6 +161,8 @@ class KeyRules:
             "restored": float(keys.RESTORED_TTL),
             "stats": float(max(BUCKETS.values())),
             "deadletter": float(keys.DEADLETTER_TTL),
+            "run": self.run_log_ttl,
+            "runs": self.run_log_ttl,
         }.get(family)
 
     @property
@@ -179,7 +182,8 @@ class KeyCheck:
     #: Keys of the kinds the soak started with: catalog, workers set, heartbeats, the
     #: client's liveness, kombu's.
     baseline_kinds: int = 0
-    #: Keys whose TTL rule outlives the wait (stats buckets, dead letters, put-backs).
+    #: Keys whose TTL rule outlives the wait (stats buckets, dead letters, put-backs, run
+    #: logs).
     long_rule: int = 0
     over_rule: list[str] = field(default_factory=list)
     no_ttl: list[str] = field(default_factory=list)

@@ -105,7 +105,7 @@ def render(f: Findings) -> str:
                     str(f.keys.baseline_kinds),
                 ),
                 (
-                    "whose TTL rule outlives the wait (stats, dead letters, put-backs)",
+                    "whose TTL rule outlives the wait (stats, dead letters, put-backs, run logs)",
                     str(f.keys.long_rule),
                 ),
                 ("of calls, left", str(f.keys.call_keys_left)),

@@ -142,6 +142,15 @@ for _mode in names.LOOP_READS:
     tool(name=names.reads_tool(_mode), queue=names.reads_queue(_mode))(_reads_noop)
 
 
+def _runlog_noop() -> None:
+    """Do nothing: the run-log scenario's no-op, one per worker it compares."""
+
+
+# One no-op per worker of the run-log scenario (TOOLEXEC_RUN_LOG on and off).
+for _mode in names.RUN_LOG:
+    tool(name=names.runlog_tool(_mode), queue=names.runlog_queue(_mode))(_runlog_noop)
+
+
 @tool(name=names.SIZING_PLAIN, queue=names.SIZING_QUEUE)
 def sizing_noop() -> None:
     """Do nothing: scenario 15's plain call."""

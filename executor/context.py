@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from executor import runlog
 from executor.worker import redis_client
 from wire import keys
 from wire.clock import shared_now
@@ -147,6 +148,7 @@ def report_progress(done: float, total: float | None = None, message: str | None
     channel = _channels.get(call_id)
     if channel is not None:
         channel.report(done, total, message)
+    runlog.progress(call_id, done, total)
 
 
 def _check(done: float, total: float | None, message: str | None) -> None:

@@ -57,12 +57,7 @@ def finish(
 
 def record_and_encode(call: CallRequest, outcome: CallOutcome, *, settings: Settings) -> str:
     """Count ``outcome`` as delivered (:mod:`executor.observe`) and encode it for the wire."""
-    observe.delivered(
-        call.tool,
-        outcome,
-        redis_url=settings.redis_url,
-        sentinel_master=settings.sentinel_master,
-    )
+    observe.delivered(call, outcome, settings=settings)
     return encode_outcome(outcome, tool=call.tool, max_bytes=settings.max_result_bytes)
 
 

@@ -41,6 +41,7 @@ _OPTIONS = (
     "retries",
     "retry_on",
     "retry_backoff",
+    "log_arguments",
 )
 
 
@@ -54,6 +55,9 @@ class ToolDefinition:
     is_async: bool
     #: How the worker retries a failed attempt (``retries``, ``retry_on``, ``retry_backoff``).
     retry: RetryPolicy = NO_RETRIES
+    #: Whether its calls' arguments and results go into their run's event log
+    #: (``@tool(log_arguments=True)``, :mod:`wire.runlog`); never by default.
+    log_arguments: bool = False
 
     @property
     def name(self) -> str:
@@ -96,8 +100,10 @@ def tool(func: F | None = None, /, **options: Any) -> F | Callable[[F], F]:
             first when the tool raises, each started only if it can end before the
             call's deadline; :mod:`executor.retries`), ``retry_on`` (the exception types
             retried: a class or a tuple; required with ``retries`` on an at-most-once
-            tool, else ``(Exception,)``) and ``retry_backoff`` (seconds before the first
-            retry, doubling for each after, with jitter; default 0.5).
+            tool, else ``(Exception,)``), ``retry_backoff`` (seconds before the first
+            retry, doubling for each after, with jitter; default 0.5) and
+            ``log_arguments`` (default False; True: each call's arguments and result go
+            into its run's event log, which ``toolexec ui`` shows, :mod:`wire.runlog`).
 
     Raises:
         ToolDefinitionError: An unknown option, a bad value, a duplicate name or a
@@ -145,6 +151,7 @@ def _define(
     retries: int = 0,
     retry_on: type[Exception] | tuple[type[Exception], ...] | None = None,
     retry_backoff: float = DEFAULT_BACKOFF,
+    log_arguments: bool = False,
 ) -> ToolDefinition:
     name = name if name is not None else getattr(fn, "__name__", "")
     if not isinstance(name, str) or not _NAME.match(name):
@@ -194,6 +201,10 @@ def _define(
             f"tool {name!r}: cancel_grace must be a number of seconds from 0 to 3600, got "
             f"{cancel_grace!r}"
         )
+    if not isinstance(log_arguments, bool):
+        raise ToolDefinitionError(
+            f"tool {name!r}: log_arguments must be True or False, got {log_arguments!r}"
+        )
     if cache_errors and not idempotent:
         raise ToolDefinitionError(f"tool {name!r}: cache_errors=True needs idempotent=True")
     retry = retry_policy(
@@ -217,7 +228,12 @@ def _define(
         retry_backoff=retry.backoff,
     )
     return ToolDefinition(
-        func=fn, spec=spec, model=schema.model, is_async=schema.is_async, retry=retry
+        func=fn,
+        spec=spec,
+        model=schema.model,
+        is_async=schema.is_async,
+        retry=retry,
+        log_arguments=log_arguments,
     )
 
 

@@ -106,7 +106,7 @@ def execute(
         return refusal
     attempts = _attempts(request, run.definition)
     while True:
-        _count_attempt(request.tool, attempts)
+        _count_attempt(request, attempts)
         try:
             with _calling(run.context):
                 value = run_bounded(run.definition, run.kwargs)
@@ -147,7 +147,7 @@ async def execute_async(
         try:
             if pause is not None:  # in the try: the call's cancel may end the pause
                 await _paused(request.call_id, pause)
-            _count_attempt(request.tool, attempts)
+            _count_attempt(request, attempts)
             with _calling(run.context):
                 value = await await_tool(
                     run.definition, run.kwargs, starting=starting if pause is None else None
@@ -191,9 +191,9 @@ def _attempts(request: CallRequest, definition: ToolDefinition) -> Attempts:
     )
 
 
-def _count_attempt(tool: str, attempts: Attempts) -> None:
+def _count_attempt(request: CallRequest, attempts: Attempts) -> None:
     """Start an attempt, and tell :mod:`executor.observe`."""
-    observe.attempt(tool, attempts.start())
+    observe.attempt(request, attempts.start())
 
 
 def _pause_after(attempts: Attempts, exc: BaseException) -> float | None:

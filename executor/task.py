@@ -136,7 +136,7 @@ async def run_call_async(
         return await _run_in_tool_thread(
             admitted, settings=settings, worker=worker, offload=offload
         )
-    with _running(admitted, settings) as answers:
+    with _running(admitted, settings, worker) as answers:
         starting = functools.partial(
             _refusal_at_start, admitted.call, settings=settings, worker=worker
         )
@@ -169,7 +169,7 @@ def _run_here(admitted: Admitted, *, settings: Settings, worker: str) -> CallOut
     The tool checks the call once more as it starts (:func:`_refusal_at_start`): on a pool
     whose calls wait for a thread, its caller may have died or its deadline passed meanwhile.
     """
-    with _running(admitted, settings) as answers:
+    with _running(admitted, settings, worker) as answers:
         starting = functools.partial(
             _refusal_at_start, admitted.call, settings=settings, worker=worker
         )
@@ -215,13 +215,16 @@ async def _run_in_tool_thread(
 
 
 @contextmanager
-def _running(admitted: Admitted, settings: Settings) -> Iterator[Callable[[], bool]]:
+def _running(admitted: Admitted, settings: Settings, worker: str) -> Iterator[Callable[[], bool]]:
     """Run the admitted call's tool in the block: counted, cancellable; its key let go if
     the block raises. Yields whether this delivery still answers the call (False once its
     cancel's grace answered it, :mod:`executor.cancels`: the tool's outcome is dropped)."""
     answered: list[bool] = []
     try:
-        with observe.running(admitted.call.tool), cancels.watch(admitted, settings):
+        with (
+            observe.running(admitted.call, worker=worker, settings=settings),
+            cancels.watch(admitted, settings),
+        ):
             yield lambda: answered[0]
             answered.append(cancel_state.take_answer(admitted.call.call_id))
     except BaseException:

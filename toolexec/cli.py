@@ -322,6 +322,26 @@ def mcp(
 
 
 @app.command()
+def ui(
+    host: Annotated[
+        str,
+        typer.Option("--host", help="Address to bind; off loopback it needs TOOLEXEC_UI_TOKEN."),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to serve on.")] = 8777,
+) -> None:
+    """Serve the web view of agent runs: recent runs, each run's calls on a timeline, and
+    the live fleet (needs the toolexec[ui] extra)."""
+    try:
+        from toolexec.ui.app import serve
+    except ImportError as exc:
+        raise CommandFailed(
+            f"toolexec ui needs the toolexec[ui] extra: pip install 'toolexec[ui]' ({exc})",
+            ExitCode.BAD_ARGUMENTS,
+        ) from None
+    serve(Settings.from_env(), host, port)
+
+
+@app.command()
 def demo(
     logs: Annotated[
         Path | None,

@@ -35,6 +35,9 @@ __all__ = [
     "left",
     "reply",
     "restored",
+    "RUNS",
+    "run_log",
+    "run_progress",
     "running",
     "running_keys",
     "sent",
@@ -58,6 +61,26 @@ WORKERS = PREFIX + "workers"
 DEADLETTER = PREFIX + "deadletter"
 #: Hash: refusal reason -> how many messages were refused for it. TTL as ``DEADLETTER``.
 DEADLETTER_COUNT = PREFIX + "deadletter:count"
+
+
+#: The recent agent runs (a sorted set: run id scored by the time of its latest send, ms
+#: on the shared clock), for ``toolexec ui``: entries older than ``TOOLEXEC_RUN_LOG_TTL``
+#: are pruned by the clients that add to it (:mod:`wire.runlog`). TTL: as a run log's,
+#: refreshed with each entry.
+RUNS = PREFIX + "runs"
+
+
+def run_log(run_id: str) -> str:
+    """The event log of one agent run (a stream, :mod:`wire.runlog`; capped at
+    ``TOOLEXEC_RUN_LOG_MAX`` events, TTL ``TOOLEXEC_RUN_LOG_TTL``). The run id is the
+    key's hash tag, so a run's keys share one slot."""
+    return f"{PREFIX}run:{{{run_id}}}:log"
+
+
+def run_progress(run_id: str) -> str:
+    """The latest progress of one agent run's calls (a hash: call id -> progress,
+    :func:`wire.runlog.progress_value`; TTL as :func:`run_log`'s)."""
+    return f"{PREFIX}run:{{{run_id}}}:progress"
 
 
 def worker(worker_id: str) -> str:

@@ -103,6 +103,13 @@ class Settings(BaseModel):
         loop_reads: Whether a worker of the asyncio pool with a Redis broker reads its
             queues on the pool's event loop (:mod:`executor.pools.reads`) rather than in
             Celery's consumer: True (the default) or False.
+        run_log: Whether this side writes each call's life into its agent run's event
+            log in Redis (:mod:`wire.runlog`), which ``toolexec ui`` shows: True (the
+            default) or False (``TOOLEXEC_RUN_LOG=off``).
+        run_log_ttl: Seconds a run's event log is kept after its latest call was sent.
+        run_log_max: The most events a run's log keeps (the newest; about, ``MAXLEN ~``).
+        ui_token: The token ``toolexec ui`` asks every request for (a bearer token, or
+            ``?token=`` once, kept in a cookie); required to serve it off loopback.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -131,6 +138,10 @@ class Settings(BaseModel):
     sentinel_master: str | None = Field(default=None, min_length=1)
     replica_acks: int = Field(default=0, ge=0, le=MAX_REPLICA_ACKS)
     loop_reads: bool = True
+    run_log: bool = True
+    run_log_ttl: int = Field(default=86_400, gt=0)
+    run_log_max: int = Field(default=10_000, ge=100)
+    ui_token: SecretStr | None = Field(default=None)
 
     @field_validator("broker_url")
     @classmethod
@@ -223,7 +234,7 @@ class Settings(BaseModel):
                 given = error.get("input")
                 if field in ("broker_url", "redis_url") and isinstance(given, str):
                     given = without_password(given)
-                shown = "a secret" if field == "signing_key" else repr(given)
+                shown = "a secret" if field in ("signing_key", "ui_token") else repr(given)
                 problems.append(
                     f"{name}: {str(error['msg']).removeprefix('Value error, ')} (got {shown})"
                 )
@@ -256,4 +267,8 @@ ENVIRONMENT_VARIABLES: dict[str, str] = {
     "sentinel_master": "TOOLEXEC_SENTINEL_MASTER",
     "replica_acks": "TOOLEXEC_REPLICA_ACKS",
     "loop_reads": "TOOLEXEC_LOOP_READS",
+    "run_log": "TOOLEXEC_RUN_LOG",
+    "run_log_ttl": "TOOLEXEC_RUN_LOG_TTL",
+    "run_log_max": "TOOLEXEC_RUN_LOG_MAX",
+    "ui_token": "TOOLEXEC_UI_TOKEN",
 }

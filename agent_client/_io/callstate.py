@@ -59,6 +59,7 @@ class CallState:
         abandoned: The caller stopped waiting; nothing more is sent for it.
         last_error: Why the last attempt to send failed, for the caller's error.
         joined: The send joined an execution another call claimed (no message of its own).
+        stored: The claim found the key's outcome stored: the call is answered from it.
         since: When the send was confirmed (``time.monotonic()``), or re-sent.
         absent_since: When the watchdog first found the call neither queued nor held.
         absent_epoch: The same moment on the shared clock (``wire.clock``).
@@ -82,6 +83,7 @@ class CallState:
     abandoned: bool = False
     last_error: str = ""
     joined: bool = False
+    stored: bool = False
     since: float = 0.0
     absent_since: float | None = None
     absent_epoch: float = 0.0
@@ -156,6 +158,9 @@ class Send:
             on a Redis apart from the broker, is already made).
         record: A submitted call's record (``wire.handles``), written before the message
             is sent: field -> value. None for a plain call.
+        logged: Whether the run log has the call as sent (:mod:`agent_client._io.runlog`).
+        made_at: When its caller made the call, in ms on the shared clock (the run log's
+            time it was sent).
     """
 
     call: Outgoing
@@ -165,6 +170,8 @@ class Send:
     push_only: bool = False
     record: dict[str, str] | None = None
     record_ttl_ms: int = 0
+    logged: bool = False
+    made_at: int | None = None
 
 
 def op_timeout(items: Iterable[Send]) -> float:

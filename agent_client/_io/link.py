@@ -113,6 +113,9 @@ class Link:
             False  # a TLS connect was cancelled or timed out (close() says why it matters)
         )
         self._conn: Any = None
+        #: A connection being opened (its handshake under way): a fork at that moment
+        #: leaves the child a copy of its socket too (:meth:`forget`).
+        self._opening: Any = None
         self._lock = asyncio.Lock()
 
     async def connect(self, *, timeout: float) -> None:
@@ -184,6 +187,7 @@ class Link:
             await self._drop()
         conn = cast(Any, self._pool).make_connection()  # redis-py leaves it untyped
         conn.redis_connect_func = _handshake
+        self._opening = conn
         try:
             async with asyncio.timeout_at(ends):
                 await conn.connect()
@@ -197,6 +201,8 @@ class Link:
             self._cut_short = self._tls
             _abort(conn)
             raise
+        finally:
+            self._opening = None
         self._conn = conn
         return conn
 
@@ -256,14 +262,15 @@ class Link:
 
     def forget(self) -> None:
         """In a forked child: close this process's copy of each socket, and nothing else:
-        the connection's, and those to its Sentinels (a ``sentinel://`` URL).
+        the connection's, one the parent was opening as it forked, and those to its
+        Sentinels (a ``sentinel://`` URL).
 
         The sockets are the parent's too: nothing is written on them or shut down, and the
         loop is not asked to unregister them (its epoll set is the parent's as well).
         """
         # The objects stay referenced (the run is kept, see loop._forget): collected, the
         # stream writer would close its transport, unregistering it from the shared set.
-        for conn in (self._conn, *sentinel_connections(self._pool)):
+        for conn in (self._conn, self._opening, *sentinel_connections(self._pool)):
             transport = _transport(conn) if conn is not None else None
             if transport is not None:
                 # asyncio hands out its socket wrapped, without close(): close the one inside.

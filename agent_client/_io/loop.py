@@ -28,6 +28,7 @@ import logging
 import os
 import selectors
 import socket
+import stat
 import threading
 import time
 import weakref
@@ -343,16 +344,33 @@ def _forget(run: _Run) -> None:
     if not isinstance(selector, selectors.BaseSelector):
         _forgotten.append((run, ()))
         return  # a loop of another kind: nothing here is known to be safe to close
-    _forgotten.append((run, tuple(selector.get_map().values())))
+    registered = tuple(selector.get_map().values())
+    _forgotten.append((run, registered))
     for link in run.links.values():
         link.forget()
+    pipe = [getattr(run.loop, name, None) for name in ("_ssock", "_csock")]
+    pipe_fds = {sock.fileno() for sock in pipe if isinstance(sock, socket.socket)}
+    for key in registered:
+        # A socket the parent was still connecting as it forked (a link's first connect,
+        # waiting in the selector for the connect to complete) belongs to no connection
+        # a link knows yet: close this process's copy too. Those the links closed are
+        # gone already; only this thread runs in the child, so no number was reused.
+        if key.fd not in pipe_fds and _is_socket(key.fd):
+            os.close(key.fd)
     # The selector's and the self-pipe's descriptors: closing this process's copy of an
     # epoll descriptor leaves its set alone, where unregistering a socket would not.
     selector.close()
-    for name in ("_ssock", "_csock"):
-        sock = getattr(run.loop, name, None)
+    for sock in pipe:
         if isinstance(sock, socket.socket):
             sock.close()
+
+
+def _is_socket(fd: int) -> bool:
+    """Whether ``fd`` is open in this process and is a socket."""
+    try:
+        return stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 def reset_after_fork(live: weakref.WeakSet[T], reset: Callable[[T], None], *, what: str) -> None:

@@ -121,6 +121,7 @@ class RedisLane:
     def _claimed(self, items: list[Send], reply: Any) -> None:
         for item, (state, stored) in zip(items, pairs(reply), strict=True):
             if state == "stored":
+                item.state.stored = True
                 item.state.confirm()
                 settle_from_thread([(item.future, CallOutcome.model_validate_json(stored), None)])
             elif state == "claimed" and not self._claims_push:

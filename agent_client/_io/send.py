@@ -47,6 +47,7 @@ from agent_client._io.callstate import Send, note, op_timeout
 from agent_client._io.link import Arg, Link, NotSent, Refused, Unknown, backoff_after
 from agent_client._io.loop import IOThread
 from agent_client._io.redis_lane import RedisLane
+from agent_client._io.runlog import RunLog
 from wire import keys
 from wire.scripts import RELEASE
 from wire.urls import is_amqp_url
@@ -94,10 +95,12 @@ class Publisher:
         io: The client's I/O thread.
         broker_url: Where plain calls are pushed.
         store_url: Where idempotent calls are claimed (and pushed, when it is the broker).
+        runlog: Where each call sent is logged (:mod:`agent_client._io.runlog`).
     """
 
-    def __init__(self, io: IOThread, *, broker_url: str, store_url: str) -> None:
+    def __init__(self, io: IOThread, *, broker_url: str, store_url: str, runlog: RunLog) -> None:
         self._io = io
+        self._runlog = runlog
         self._broker_url = broker_url
         self._store_url = store_url
         self._lanes: dict[str, SendLane] = {}
@@ -134,7 +137,9 @@ class Publisher:
                     claims_push=self._store_url == self._broker_url,
                     forward=self._accept,
                 )
-            lane = self._lanes[url] = SendLane(self._io, url, broker, store_url=self._store_url)
+            lane = self._lanes[url] = SendLane(
+                self._io, url, broker, store_url=self._store_url, runlog=self._runlog
+            )
             self._every_lane = (*self._every_lane, lane)
         return lane
 
@@ -162,10 +167,14 @@ class SendLane:
         url: The broker's URL.
         broker: How this lane reaches its broker.
         store_url: The Redis of the claims (released for a call never sent).
+        runlog: Where each call the broker took is logged as sent.
     """
 
-    def __init__(self, io: IOThread, url: str, broker: BrokerLane, *, store_url: str) -> None:
+    def __init__(
+        self, io: IOThread, url: str, broker: BrokerLane, *, store_url: str, runlog: RunLog
+    ) -> None:
         self._io = io
+        self._runlog = runlog
         self._url = url
         self._broker = broker
         self._store_url = store_url
@@ -231,6 +240,7 @@ class SendLane:
                 again, failed = await self._broker.send(batch)
             finally:
                 self.waiting_since = None
+            self._runlog.sent(batch)  # those the broker took, each once
             again += unrecorded
             self.failing = failed
             if failed and not backoff:

@@ -19,6 +19,7 @@ from bench.scenarios import (
     redis_sizing,
     replica_acks,
     roundtrip,
+    run_log,
     scaling,
     shedding,
     signing,
@@ -55,4 +56,5 @@ SCENARIOS: tuple[Scenario, ...] = (
     replica_acks,
     loop_reads,
     redis_sizing,
+    run_log,
 )

@@ -25,7 +25,7 @@ from celery.utils.imports import import_from_cwd
 from celery.worker import state as worker_state
 from kombu.entity import Queue
 
-from executor import cancel_state, metrics, stats
+from executor import cancel_state, metrics, runlog, stats
 from executor.keeper import Keeper
 from executor.pools import WORKER_POOLS
 from executor.registry import registered_tools
@@ -193,7 +193,9 @@ signals.after_setup_task_logger.connect(apply_log_format, weak=False)
 def _on_process_shutdown(**_: Any) -> None:
     # A prefork child that exits (retired after a runaway tool, or stopped with its
     # worker) sends the call counts it still holds; one that counted nothing sends nothing.
+    # So with its run log's events.
     stats.flush_now()
+    runlog.flush_now()
 
 
 _heartbeats: list[Heartbeat] = []
@@ -220,6 +222,7 @@ def _on_worker_ready(sender: Any = None, **_: Any) -> None:
     tools = registered_tools()
     queues = [q.name for q in sender.task_consumer.queues]
     pool = _pool_name(sender.pool)
+    runlog.set_pool(pool)  # the run log names it beside each call this process runs
     hostname = sender.hostname
     heartbeat = Heartbeat(
         client,
@@ -317,5 +320,6 @@ def _on_worker_shutdown(**_: Any) -> None:
     # taken but not started are back on their queues: the worker leaves nothing behind,
     # and says so (wire.keys.left). A cold stop cut calls off: its departure is a death.
     warm = bool(_stopping) and _stopping[-1] == "Warm"
+    runlog.flush_now()  # the run log's last events of the calls this process delivered
     while _heartbeats:
         _heartbeats.pop().stop(warm=warm)

@@ -84,6 +84,9 @@ def env(server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> dict[s
         # A beat every 20 s: seldom inside a block (and a block with one is measured again).
         "TOOLEXEC_HEARTBEAT_INTERVAL": "60",
         "TOOLEXEC_TOOL_MODULES": "tests.integration.count_tools",
+        # The call's own commands: what the run log adds is counted by
+        # test_run_view.py::test_the_run_log_costs_one_xadd_per_call_on_each_side.
+        "TOOLEXEC_RUN_LOG": "off",
     }
 
 

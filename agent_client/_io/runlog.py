@@ -1,0 +1,136 @@
+"""The client's half of the run log (:mod:`wire.runlog`): each call as its caller saw it.
+
+A :class:`RunLog` lives on the client's I/O thread. Events are added there (or handed
+there from a caller's thread, :meth:`RunLog.add_soon`) and written in one pipeline per
+turn of the I/O loop, on a connection of their own: a log write never delays a send, is
+never part of one, and is not sent again when it fails (the log is for people; a call's
+fate never depends on it). For each run a flush touches it also refreshes the run log's
+TTL and the run's place in the recent-runs index (:data:`wire.keys.RUNS`), pruning the
+index of runs older than the TTL (the index itself lives as long as the newest run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from agent_client._io.callstate import OP_TIMEOUT, Send
+from agent_client._io.link import Arg, NotSent
+from agent_client._io.loop import IOThread
+from wire import keys
+from wire.runlog import JOINED, SENT, event, now_ms, run_of, xadd_arguments
+from wire.settings import Settings
+
+__all__ = ["RunLog"]
+
+logger = logging.getLogger(__name__)
+
+#: Events one pipeline carries at most; a flush sends several when it holds more.
+_BATCH = 500
+#: Events the client keeps unsent at most (Redis slow to answer); the oldest go first.
+_MAX_PENDING = 10_000
+
+
+class RunLog:
+    """The events of this client's calls on their way to their runs' logs.
+
+    Args:
+        io: The client's I/O thread.
+        settings: ``redis_url`` (where the logs live), ``run_log`` (False: log
+            nothing), ``run_log_ttl`` and ``run_log_max``.
+    """
+
+    def __init__(self, io: IOThread, settings: Settings) -> None:
+        self._io = io
+        self._url = settings.redis_url
+        self._on = settings.run_log
+        self._ttl_ms = settings.run_log_ttl * 1000
+        self._max = settings.run_log_max
+        self._pending: list[tuple[str, dict[str, str]]] = []
+        self._flushing: asyncio.Task[None] | None = None
+        self._closing = False
+
+    @property
+    def on(self) -> bool:
+        """Whether this client logs its calls (``TOOLEXEC_RUN_LOG``)."""
+        return self._on
+
+    def sent(self, items: list[Send]) -> None:
+        """Log each of ``items`` as sent, once, now that its broker took it (I/O thread);
+        and as joined where its claim joined another call's execution or its stored outcome."""
+        if not self._on:
+            return
+        for item in items:
+            if item.logged or not item.state.confirmed:
+                continue
+            item.logged = True
+            request = item.call.request
+            run = run_of(request.run_id, request.reply_to)
+            deadline = None if request.deadline is None else int(request.deadline * 1000)
+            self.add(
+                run,
+                event(
+                    SENT,
+                    request.call_id,
+                    {
+                        "tool": request.tool,
+                        "queue": item.call.spec.queue,
+                        "key": request.idempotency_key,
+                        "deadline": deadline,
+                    },
+                    at=item.made_at,
+                ),
+            )
+            if item.state.joined or item.state.stored:
+                stored = "1" if item.state.stored else None
+                self.add(run, event(JOINED, request.call_id, {"stored": stored}))
+
+    def add(self, run: str, entry: dict[str, str]) -> None:
+        """Queue one event of ``run`` for the next flush (I/O thread)."""
+        if not self._on:
+            return
+        if not self._closing:
+            self._closing = True
+            self._io.on_close(self._last_flush)
+        self._pending.append((run, entry))
+        if len(self._pending) > _MAX_PENDING:
+            del self._pending[0]
+        if self._flushing is None or self._flushing.done():
+            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+
+    def add_soon(self, run: str, entry: dict[str, str]) -> None:
+        """:meth:`add`, from any thread; nothing once the client's I/O thread has stopped."""
+        if self._on:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: the client closed
+                self._io.call_soon(self.add, run, entry)
+
+    async def _flush(self) -> None:
+        await asyncio.sleep(0)  # this turn's other events come along
+        link = self._io.link(self._url, "runlog")
+        while self._pending:
+            batch, self._pending = self._pending[:_BATCH], self._pending[_BATCH:]
+            try:
+                await link.execute(self._commands(batch), timeout=OP_TIMEOUT)
+            except NotSent as exc:
+                logger.debug("run log: dropped %d events: %s", len(batch), exc)
+
+    async def _last_flush(self) -> None:
+        # The client closes: what it holds goes now, within the I/O thread's wind-down.
+        if self._flushing is not None and not self._flushing.done():
+            await asyncio.gather(self._flushing, return_exceptions=True)
+        await self._flush()
+
+    def _commands(self, batch: list[tuple[str, dict[str, str]]]) -> list[tuple[Arg, ...]]:
+        commands: list[tuple[Arg, ...]] = []
+        runs: dict[str, None] = {}
+        for run, entry in batch:
+            commands.append(tuple(xadd_arguments(keys.run_log(run), entry, max_events=self._max)))
+            runs[run] = None
+        now = now_ms()
+        for run in runs:
+            commands.append(("PEXPIRE", keys.run_log(run), self._ttl_ms))
+            commands.append(("ZADD", keys.RUNS, now, run))
+        commands.append(("ZREMRANGEBYSCORE", keys.RUNS, "-inf", now - self._ttl_ms))
+        commands.append(("PEXPIRE", keys.RUNS, self._ttl_ms))
+        return commands
