@@ -136,6 +136,7 @@ class ToolClient:
             worker_gone=self.catalog.worker_gone,
             beating_since=self.catalog.beating_since,
             writes=self.writes,
+            runlog=self.runlog,
         )
         self._batchers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopBatcher] = (
             weakref.WeakKeyDictionary()
@@ -297,6 +298,7 @@ class ToolClient:
             idempotency_key=key,
             pushed=call.envelope,
             fence_ttl_ms=call.claim_ttl_ms or call.sent_ttl_ms,
+            run=run_of(call.request.run_id, call.request.reply_to) if self.runlog.on else "",
         )
         future = self.replies.expect(call.call_id, state, loop=loop, progress=progress)
         send = Send(

@@ -35,8 +35,12 @@ def attempt(call: CallRequest, number: int) -> None:
 def running(call: CallRequest, *, worker: str, settings: Settings) -> Iterator[None]:
     """The block runs ``call``'s tool on ``worker``: counted as running, and timed."""
     runlog.running(call, worker=worker, settings=settings)
-    with metrics.observe_run(call.tool):
-        yield
+    try:
+        with metrics.observe_run(call.tool):
+            yield
+    except BaseException:
+        runlog.forget(call.call_id)  # no outcome of this run will be delivered here
+        raise
 
 
 def delivered(call: CallRequest, outcome: CallOutcome, *, settings: Settings) -> None:

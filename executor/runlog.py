@@ -49,7 +49,16 @@ from wire.runlog import (
 )
 from wire.settings import Settings
 
-__all__ = ["attempt", "ended", "flush_now", "pending", "progress", "running", "set_pool"]
+__all__ = [
+    "attempt",
+    "ended",
+    "flush_now",
+    "forget",
+    "pending",
+    "progress",
+    "running",
+    "set_pool",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -138,6 +147,15 @@ def attempt(call_id: str, number: int) -> None:
             if running.started is None:
                 running.started = now_ms()
             running.attempts = max(running.attempts, number)
+
+
+def forget(call_id: str) -> None:
+    """A running call's run ended with no outcome to deliver here (it raised through the
+    task: a cold shutdown, say); no I/O."""
+    log = _log
+    with log.changed:
+        log.running.pop(call_id, None)
+        log.progress.pop(call_id, None)
 
 
 def progress(call_id: str, done: float, total: float | None) -> None:

@@ -17,7 +17,8 @@ under its client process (:func:`run_of`). Who writes what:
   Redis (or RabbitMQ) took the call, ``joined`` when an idempotent call joined another's
   execution or was answered from the store, and the ends only it sees: ``answered`` (a
   joined call's outcome), ``timeout`` (the caller's deadline passed), ``abandoned`` (the
-  caller stopped waiting), ``failed`` (an error the client itself made: lost, not sent);
+  caller stopped waiting), ``failed`` (an error the client itself made: lost, not sent),
+  and ``resent`` when its watchdog sent a call lost with its worker again (``generation``);
 * the worker, from one thread per process every :data:`FLUSH_INTERVAL`: ``started`` for
   a call still running after one interval, and ``ended`` for each delivered outcome,
   with its start, worker, attempts and kind (:mod:`executor.runlog`).
@@ -44,6 +45,7 @@ __all__ = [
     "FLUSH_INTERVAL",
     "JOINED",
     "MAX_LOGGED_CHARS",
+    "RESENT",
     "SENT",
     "STARTED",
     "TIMEOUT",
@@ -63,8 +65,9 @@ ANSWERED = "answered"
 TIMEOUT = "timeout"
 ABANDONED = "abandoned"
 FAILED = "failed"
+RESENT = "resent"
 #: Every kind of event, in the order of a call's life.
-EVENTS = (SENT, JOINED, STARTED, ENDED, ANSWERED, TIMEOUT, ABANDONED, FAILED)
+EVENTS = (SENT, JOINED, RESENT, STARTED, ENDED, ANSWERED, TIMEOUT, ABANDONED, FAILED)
 
 #: Seconds between two flushes of a worker process's events; a call that ends sooner
 #: is logged by one event (``ended``, with its start), a longer one by two.

@@ -70,6 +70,8 @@ class CallState:
         pushed: The text of the latest copy pushed: the envelope, then each copy sent again.
         seen_holder: The call's holder record as the watchdog last read it (stale or not).
         queued: Resolved once the send was first confirmed (``RemoteTool.submit`` waits for it).
+        run: The run the call is logged under (``wire.runlog.run_of``); empty when the
+            client logs nothing.
     """
 
     tool: str
@@ -92,6 +94,7 @@ class CallState:
     fence_ttl_ms: int = 1000
     pushed: str = ""
     seen_holder: bytes | None = None
+    run: str = ""
     #: Resolved once Redis (or RabbitMQ) first confirmed the send: the call is queued,
     #: claimed or joined, and a submitted call's record written before it.
     queued: concurrent.futures.Future[None] = field(

@@ -79,6 +79,7 @@ from agent_client._io.callstate import CallState
 from agent_client._io.link import Arg, Link, NotSent, Refused, Unknown
 from agent_client._io.loop import IOThread
 from agent_client._io.replies import ReplyRouter
+from agent_client._io.runlog import RunLog
 from agent_client._io.writes import Writes
 from wire import keys
 from wire.clock import shared_now
@@ -86,6 +87,7 @@ from wire.copies import GIVE_UP, PUSH_ONCE, RESEND, sent_again
 from wire.deadletter import deadletter_commands, deadletter_entry
 from wire.formats import parse_holder_tag, parse_state, worker_id_of
 from wire.models import CallOutcome, ErrorKind
+from wire.runlog import RESENT, event
 from wire.scripts import RELEASE
 from wire.urls import is_amqp_url
 
@@ -121,6 +123,9 @@ class Watchdog:
             stopped beating at or after ``since`` (``time.monotonic()``) and is still
             gone (None: not known yet, asked again next round). Without it, a call that
             vanished is taken to have died with a worker.
+        beating_since: ``await beating_since(queue, since)``: whether every worker of
+            ``queue`` has beaten since ``since``.
+        runlog: Where a call sent again is logged (``wire.runlog.RESENT``).
     """
 
     def __init__(
@@ -135,8 +140,10 @@ class Watchdog:
         max_deliveries: int = 3,
         worker_gone: Callable[[str, float], Awaitable[bool | None]] | None = None,
         beating_since: Callable[[str, float], Awaitable[bool]] | None = None,
+        runlog: RunLog | None = None,
     ) -> None:
         self._router = router
+        self._runlog = runlog
         self._io = io
         self._store_url = store_url
         self._broker_url = broker_url
@@ -328,6 +335,9 @@ class Watchdog:
                     )
                     state.resent += 1
                     state.since, state.absent_since = time.monotonic(), None
+                    if self._runlog is not None and state.run:
+                        entry = event(RESENT, call_id, {"generation": state.resent})
+                        self._runlog.add(state.run, entry)
                 return
             why = (
                 f"{why}; it was sent {state.resent + 1} times (TOOLEXEC_MAX_DELIVERIES) and lost "

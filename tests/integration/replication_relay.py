@@ -8,15 +8,23 @@ directions: the replica falls behind, and the master hears no acknowledgement (`
 gets none). Every other connection flows on. When the master dies the held bytes die with
 the relay's connections: a failover then promotes a replica that never had them, the
 lossy failover that asynchronous replication allows.
+
+:class:`RelayProcess` runs the relay in a process of its own
+(``python -m tests.integration.replication_relay UPSTREAM``, told what to do on its
+standard input): its pumps are threads, a pair per connection, and in the test's process
+they would compete for the interpreter's lock with the callers whose deadlines the test
+measures, more so the more connections and commands the product makes.
 """
 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
-from typing import Self
+from typing import IO, Self
 
-__all__ = ["ReplicationRelay"]
+__all__ = ["RelayProcess", "ReplicationRelay"]
 
 #: What a replica sends its master, and no client does: the commands' names as RESP
 #: bulk strings (a client's argument that merely contains the word is not one).
@@ -148,3 +156,87 @@ def _close(sock: socket.socket) -> None:
     except OSError:
         pass
     sock.close()
+
+
+class RelayProcess:
+    """A :class:`ReplicationRelay` in a child process, with the same interface.
+
+    Args:
+        upstream: The master's port.
+    """
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.port = 0
+        self._process: subprocess.Popen[str] | None = None
+        self._links_at_close = 0
+
+    def start(self) -> Self:
+        """Start the child and wait for the port it relays on."""
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.replication_relay", str(self.upstream)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.port = int(self._answer())
+        return self
+
+    def hold(self) -> None:
+        """From now on, no byte of a replication link passes, either way."""
+        self._ask("hold")
+
+    @property
+    def replication_links(self) -> int:
+        """How many replication links the relay has seen (until it was closed)."""
+        if self._process is None:
+            return self._links_at_close
+        return int(self._ask("links"))
+
+    def close(self) -> None:
+        """Close every connection and end the child (by its PID)."""
+        if self._process is None:
+            return
+        try:
+            self._links_at_close = int(self._ask("links"))
+        except (OSError, RuntimeError, ValueError):
+            pass
+        process, self._process = self._process, None
+        assert process.stdin is not None
+        try:
+            process.stdin.close()
+            process.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            process.kill()
+            process.wait()
+        finally:
+            if process.stdout is not None:
+                process.stdout.close()
+
+    def _ask(self, command: str) -> str:
+        assert self._process is not None and self._process.stdin is not None
+        self._process.stdin.write(command + "\n")
+        self._process.stdin.flush()
+        return self._answer()
+
+    def _answer(self) -> str:
+        assert self._process is not None and self._process.stdout is not None
+        line = self._process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the relay process exited ({self._process.poll()})")
+        return line.strip()
+
+
+def _serve(upstream: int, commands: IO[str], answers: IO[str]) -> None:
+    with ReplicationRelay(upstream) as relay:
+        print(relay.port, file=answers, flush=True)
+        for command in commands:
+            if command.strip() == "hold":
+                relay.hold()
+                print("held", file=answers, flush=True)
+            elif command.strip() == "links":
+                print(relay.replication_links, file=answers, flush=True)
+
+
+if __name__ == "__main__":
+    _serve(int(sys.argv[1]), sys.stdin, sys.stdout)

@@ -74,3 +74,10 @@ def rv_flaky(counter: str, fail_times: int) -> int:
     if runs <= fail_times:
         raise RuntimeError(f"run {runs} fails")
     return runs
+
+
+@tool(queue=QUEUE, idempotent=True)
+def rv_slow_book(seat: str, seconds: float) -> str:
+    """Book `seat` after `seconds` (at least once: sent again if its worker dies)."""
+    time.sleep(seconds)
+    return seat

@@ -28,6 +28,7 @@ from tests.integration.conftest import PROJECT_ROOT, stop_quickly
 from tests.integration.polling import wait_until
 from tests.integration.ui_support import UiServer, chromium, ui_server
 from toolexec.redis_server import RedisServer
+from toolexec.ui.runs import read_run
 from toolexec.worker_process import Pool, WorkerProcess
 from wire import keys
 from wire.settings import Settings
@@ -446,3 +447,59 @@ def test_calls_go_on_when_redis_refuses_the_run_log(tmp_path: Path) -> None:
         finally:
             tool_client.close()
             stop_quickly(process)
+
+
+def test_a_call_sent_again_after_its_worker_died_says_so(tmp_path: Path) -> None:
+    with RedisServer(directory=tmp_path / "redis") as own:
+        env = {
+            "TOOLEXEC_BROKER_URL": own.url,
+            "TOOLEXEC_REDIS_URL": own.url,
+            "TOOLEXEC_DATA_DIR": str(tmp_path / "data"),
+            "TOOLEXEC_HEARTBEAT_INTERVAL": "1",
+            "TOOLEXEC_TOOL_MODULES": MODULES,
+        }
+
+        def started(name: str) -> WorkerProcess:
+            process = WorkerProcess(
+                name=name,
+                pool="asyncio",
+                concurrency=2,
+                queues=(QUEUE,),
+                env=env,
+                cwd=PROJECT_ROOT,
+                log_dir=tmp_path / name,
+            )
+            return process.start(wait=True, timeout=60)
+
+        first = started(f"runview-dies-{uuid.uuid4().hex[:6]}")
+        tool_client = ToolClient(Settings.from_env(env))
+        second: WorkerProcess | None = None
+        try:
+            with run_scope("resent-run"):
+                handle = remote_tool("rv_slow_book", client=tool_client).submit(
+                    {"seat": "2B", "seconds": 2.0}, timeout=60
+                )
+            with redis.Redis.from_url(own.url) as db:
+                assert wait_until(
+                    lambda: any(
+                        f[b"e"] == b"started" for _, f in db.xrange(keys.run_log("resent-run"))
+                    ),
+                    timeout=10,
+                )
+                first.kill()
+                second = started(f"runview-lives-{uuid.uuid4().hex[:6]}")
+                assert handle.result_sync(timeout=60) == "2B"
+
+                def ended() -> list[Any]:
+                    calls = read_run(db, "resent-run") or []
+                    return [c for c in calls if c.status == "ok"]
+
+                assert wait_until(ended, timeout=10)
+                (call,) = read_run(db, "resent-run") or []
+            assert call.resent == 1
+            assert call.worker is not None and call.worker.startswith(second.name)
+        finally:
+            tool_client.close()
+            stop_quickly(first)
+            if second is not None:
+                stop_quickly(second)

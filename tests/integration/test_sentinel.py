@@ -35,7 +35,7 @@ from wire import keys
 from wire.settings import Settings
 
 from .polling import wait_until
-from .replication_relay import ReplicationRelay
+from .replication_relay import RelayProcess
 from .tls_support import make_tls_files
 
 if TYPE_CHECKING:
@@ -178,10 +178,11 @@ def test_a_lossy_failover_runs_no_idempotent_call_twice_with_replica_acks(
     # new master took it for down before its first PING was due, and a second failover
     # left the group without a replica for 11 s.
     data = tmp_path / "data"
-    relays: list[ReplicationRelay] = []
+    relays: list[RelayProcess] = []
 
     def relay(port: int) -> int:
-        relays.append(ReplicationRelay(port).start())
+        # In a process of its own: its pumps are not the test's threads (replication_relay).
+        relays.append(RelayProcess(port).start())
         return relays[-1].port
 
     try:

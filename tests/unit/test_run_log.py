@@ -15,6 +15,7 @@ from wire.runlog import (
     FAILED,
     JOINED,
     MAX_LOGGED_CHARS,
+    RESENT,
     SENT,
     STARTED,
     TIMEOUT,
@@ -227,3 +228,16 @@ def test_a_calls_times_are_kept_in_order_across_the_sides_clocks() -> None:
     # The worker's estimate of Redis' clock reads 2 ms behind its client's.
     (call,) = calls_of([sent("c1", 100), ended("c1", 99, started=98)])
     assert (call.sent_at, call.started_at, call.ended_at) == (100, 100, 100)
+
+
+def test_a_call_its_watchdog_sent_again_says_how_often() -> None:
+    events = [
+        sent("c1", 100),
+        event(RESENT, "c1", {"generation": 1}, at=3000),
+        event(RESENT, "c1", {"generation": 2}, at=6000),
+        ended("c1", 6500, started=6100),
+    ]
+    (call,) = calls_of(events)
+    assert call.resent == 2 and call.status == "ok"
+    marks = [m["text"] for m in _timeline([call], now=7000)["calls"][0]["marks"]]
+    assert "sent again ×2 (worker lost)" in marks

@@ -154,6 +154,8 @@ def _marks(call: CallView) -> list[dict[str, str]]:
     marks = []
     if call.joined:
         marks.append({"kind": "joined", "text": "from the store" if call.stored else "joined"})
+    if call.resent:
+        marks.append({"kind": "resent", "text": f"sent again ×{call.resent} (worker lost)"})
     if call.attempts > 1:
         marks.append({"kind": "retried", "text": f"{call.attempts} attempts"})
     if call.progress is not None and call.status in LIVE:
@@ -242,40 +244,38 @@ def make_app(settings: Settings, client: redis.Redis | None = None) -> Starlette
     def not_found(run_id: str) -> str:
         return f"no run {run_id!r} is logged (its log lapsed, or nothing was sent in it)"
 
-    async def index(request: Request) -> Response:
+    # Plain functions, not coroutines: Starlette runs them on its thread pool, so a slow
+    # Redis holds up one request, never the server's event loop.
+    def index(request: Request) -> Response:
         return page("index.html", fleet=fleet(), ttl=settings.run_log_ttl * 1000, **runs_context())
 
-    async def runs_fragment(request: Request) -> Response:
+    def runs_fragment(request: Request) -> Response:
         return page("_runs.html", ttl=settings.run_log_ttl * 1000, **runs_context())
 
-    async def fleet_fragment(request: Request) -> Response:
+    def fleet_fragment(request: Request) -> Response:
         return page("_fleet.html", fleet=fleet())
 
-    async def run_page(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        context = run_context(run_id)
-        if context is None:
-            return PlainTextResponse(not_found(run_id), status_code=404)
-        return page("run.html", **context)
+    def run_view(template: str) -> Callable[[Request], Response]:
+        def view(request: Request) -> Response:
+            run_id = request.path_params["run_id"]
+            context = run_context(run_id)
+            if context is None:
+                return PlainTextResponse(not_found(run_id), status_code=404)
+            return page(template, **context)
 
-    async def run_fragment(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        context = run_context(run_id)
-        if context is None:
-            return PlainTextResponse(not_found(run_id), status_code=404)
-        return page("_timeline.html", **context)
+        return view
 
-    async def api_runs(request: Request) -> Response:
+    def api_runs(request: Request) -> Response:
         return JSONResponse(runs_context())
 
-    async def api_run(request: Request) -> Response:
+    def api_run(request: Request) -> Response:
         run_id = request.path_params["run_id"]
         calls = read_run(store, run_id)
         if calls is None:
             return JSONResponse({"error": not_found(run_id)}, status_code=404)
         return JSONResponse({"run_id": run_id, "calls": [c.as_dict() for c in calls]})
 
-    async def api_fleet(request: Request) -> Response:
+    def api_fleet(request: Request) -> Response:
         data = fleet()
         return JSONResponse(data, status_code=503 if "error" in data else 200)
 
@@ -283,10 +283,10 @@ def make_app(settings: Settings, client: redis.Redis | None = None) -> Starlette
     return Starlette(
         routes=[
             Route("/", index),
-            Route("/runs/{run_id:str}", run_page),
+            Route("/runs/{run_id:str}", run_view("run.html")),
             Route("/fragments/runs", runs_fragment),
             Route("/fragments/fleet", fleet_fragment),
-            Route("/fragments/runs/{run_id:str}", run_fragment),
+            Route("/fragments/runs/{run_id:str}", run_view("_timeline.html")),
             Route("/api/runs", api_runs),
             Route("/api/runs/{run_id:str}", api_run),
             Route("/api/fleet", api_fleet),

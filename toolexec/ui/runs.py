@@ -26,7 +26,17 @@ from typing import Any
 import redis
 
 from wire import keys
-from wire.runlog import ABANDONED, ANSWERED, ENDED, FAILED, JOINED, SENT, STARTED, TIMEOUT
+from wire.runlog import (
+    ABANDONED,
+    ANSWERED,
+    ENDED,
+    FAILED,
+    JOINED,
+    RESENT,
+    SENT,
+    STARTED,
+    TIMEOUT,
+)
 
 __all__ = ["LIVE", "CallView", "RunSummary", "calls_of", "read_run", "read_runs", "summarise"]
 
@@ -76,6 +86,8 @@ class CallView:
     joined: bool = False
     #: Its outcome came from the store (a repeat of a call that had ended).
     stored: bool = False
+    #: How many times its client's watchdog sent it again, lost with its worker.
+    resent: int = 0
     error_kind: str | None = None
     error_type: str | None = None
     queue: str | None = None
@@ -171,6 +183,8 @@ def _apply(call: CallView, kind: str, at: int, entry: dict[str, str]) -> None:
     elif kind == JOINED:
         call.joined = True
         call.stored = call.stored or entry.get("stored") == "1"
+    elif kind == RESENT:
+        call.resent = max(call.resent, _int(entry.get("generation")) or 0)
     elif kind == STARTED:
         call.started_at = call.started_at or at
         call.worker = entry.get("worker") or call.worker
