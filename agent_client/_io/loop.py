@@ -217,6 +217,11 @@ class IOThread:
             link = links[(url, role)] = Link(url, master=self._sentinel_master)
         return link
 
+    def stopping(self) -> bool:
+        """Whether the thread is stopping: its closers run, or have run (call on the loop's
+        thread). Nothing may open a connection from then on."""
+        return self._here().stop_by > 0
+
     def on_close(self, closer: Callable[[], Awaitable[None]]) -> None:
         """Run ``closer`` on the loop when the thread stops (call on the loop's thread)."""
         self._here().closers.append(closer)

@@ -49,7 +49,10 @@ class RunLog:
         self._max = settings.run_log_max
         self._pending: list[tuple[str, dict[str, str]]] = []
         self._flushing: asyncio.Task[None] | None = None
+        #: Whether the last flush is registered to run as the I/O thread stops, and
+        #: whether it has started (from then on, nothing more is taken).
         self._closing = False
+        self._final = False
 
     @property
     def on(self) -> bool:
@@ -90,6 +93,12 @@ class RunLog:
         """Queue one event of ``run`` for the next flush (I/O thread)."""
         if not self._on:
             return
+        if self._io.stopping():
+            # The thread stops: only the last flush, if it is still to come, sends more;
+            # a flush started now could open a connection nobody would close.
+            if self._closing and not self._final:
+                self._pending.append((run, entry))
+            return
         if not self._closing:
             self._closing = True
             self._io.on_close(self._last_flush)
@@ -117,6 +126,7 @@ class RunLog:
 
     async def _last_flush(self) -> None:
         # The client closes: what it holds goes now, within the I/O thread's wind-down.
+        self._final = True
         if self._flushing is not None and not self._flushing.done():
             await asyncio.gather(self._flushing, return_exceptions=True)
         await self._flush()
