@@ -36,6 +36,7 @@ from wire.settings import Settings
 
 from .polling import wait_until
 from .replication_relay import RelayProcess
+from .starvation import LoopWatch
 from .tls_support import make_tls_files
 
 if TYPE_CHECKING:
@@ -109,12 +110,27 @@ class Ended:
     outcome: str  # "ok", or the error's class name
 
 
-def _judged(
-    label: str, ended: list[Ended], killed_at: float, known_at: float, data: Path
-) -> tuple[str, list[str]]:
+@dataclass(frozen=True)
+class Load:
+    """What :func:`_load` saw: each call, when the master was killed and its successor
+    known (seconds from the start), and the stalls of the test's own loop."""
+
+    ended: list[Ended]
+    killed_at: float
+    known_at: float
+    watch: LoopWatch
+
+
+def _judged(label: str, load: Load, data: Path) -> tuple[str, list[str]]:
     """The load's report, checked against what every failover must keep: the load held,
     every call typed and ended within its deadline, calls after it succeed. Returns the
-    report and the idempotent calls that ran twice."""
+    report and the idempotent calls that ran twice.
+
+    A call is late when it ended more than :data:`SLACK` past its deadline, less the time
+    the machine kept the test's process off the CPU after that deadline
+    (:class:`~tests.integration.starvation.LoopWatch`): no client hears a timer while its
+    process is not run, and the suite runs six tests at once on two cores."""
+    ended, killed_at, known_at = load.ended, load.killed_at, load.known_at
     by_kind = collections.Counter(call.outcome for call in ended)
     ran = runs(data)
     twice = sorted(k for k, n in ran.items() if k.startswith("failover_book ") and n > 1)
@@ -133,13 +149,19 @@ def _judged(
             if failed
             else "none failed"
         )
+        + f"; {load.watch.summary()}"
     )
     print(report)
 
     assert len(ended) >= RATE * SECONDS * 0.9, report  # the load was at least ~50 calls/s
     typed = {kind for kind in by_kind if kind != "ok"}
     assert all(kind.endswith(_TYPED) for kind in typed), report
-    late = [c for c in ended if c.ended - c.started > TIMEOUT + SLACK]
+    late = [
+        c
+        for c in ended
+        if c.ended - c.started - load.watch.starved_within(c.started + TIMEOUT, c.ended)
+        > TIMEOUT + SLACK
+    ]
     assert not late, f"{len(late)} calls ended past their deadline + {SLACK} s; {report}"
     assert sum(c.outcome == "ok" for c in after) >= 0.99 * len(after), report
     assert len(after) >= RATE * 5, report
@@ -159,11 +181,11 @@ def test_a_failover_under_load_ends_every_call_typed_within_its_deadline_and_cal
             echo = remote_tool("failover_echo", timeout=TIMEOUT, client=client)
             book = remote_tool("failover_book", timeout=TIMEOUT, client=client)
             assert echo(key="warm") == "warm" and book(key="warm") == "warm"
-            ended, killed_at, known_at = asyncio.run(_load(group, echo, book))
+            load = asyncio.run(_load(group, echo, book))
         finally:
             client.close()
 
-    _judged(pool, ended, killed_at, known_at, data)
+    _judged(pool, load, data)
 
 
 @pytest.mark.parametrize(("pool", "acks"), [("prefork", 0), ("prefork", 1), ("asyncio", 1)])
@@ -196,10 +218,10 @@ def test_a_lossy_failover_runs_no_idempotent_call_twice_with_replica_acks(
                 echo = remote_tool("failover_echo", timeout=TIMEOUT, client=client)
                 book = remote_tool("failover_book", timeout=TIMEOUT, client=client)
                 assert echo(key="warm") == "warm" and book(key="warm") == "warm"
-                ended, killed_at, known_at = asyncio.run(
-                    _load(group, echo, book, hold=relays[0].hold)
-                )
-                booked = [c.key for c in ended if c.tool == "failover_book" and c.outcome == "ok"]
+                load = asyncio.run(_load(group, echo, book, hold=relays[0].hold))
+                booked = [
+                    c.key for c in load.ended if c.tool == "failover_book" and c.outcome == "ok"
+                ]
                 repeat = remote_tool("failover_book", timeout=TIMEOUT, client=again)
                 repeated = asyncio.run(_repeat(repeat, booked))
             finally:
@@ -210,7 +232,7 @@ def test_a_lossy_failover_runs_no_idempotent_call_twice_with_replica_acks(
             each.close()
 
     assert run and relays[0].replication_links == 2  # both replicas' streams were held
-    report, twice = _judged(f"{pool}, replica acks {acks}", ended, killed_at, known_at, data)
+    report, twice = _judged(f"{pool}, replica acks {acks}", load, data)
     print(f"repeats of the {len(booked)} idempotent calls that succeeded: {dict(repeated)}")
     if acks:
         assert not twice, report
@@ -239,12 +261,13 @@ _TYPED = ("BrokerUnavailable", "ToolOutcomeUnknown", "ToolTimeoutError", "Worker
 
 async def _load(
     group: RedisSentinels, echo: Any, book: Any, *, hold: Callable[[], None] | None = None
-) -> tuple[list[Ended], float, float]:
+) -> Load:
     """Calls at :data:`RATE` for :data:`SECONDS`; the master SIGKILLed at :data:`KILL_AT`
-    (``hold`` called :data:`HELD` seconds before it). Returns each call, when the master
-    was killed and when its successor was known (seconds from the start)."""
+    (``hold`` called :data:`HELD` seconds before it)."""
     loop = asyncio.get_running_loop()
     start = time.monotonic()
+    watch = LoopWatch(start)
+    watching = asyncio.ensure_future(watch.run())
     ended: list[Ended] = []
     moments: dict[str, float] = {}
 
@@ -284,7 +307,8 @@ async def _load(
         await asyncio.gather(*calls)
         assert killing is not None
         await killing
-    return ended, moments["killed"], moments["known"]
+    watching.cancel()
+    return Load(ended, moments["killed"], moments["known"], watch)
 
 
 def test_a_forked_child_keeps_no_copy_of_its_parents_connections_to_the_sentinels(
