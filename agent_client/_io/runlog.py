@@ -1,12 +1,18 @@
 """The client's half of the run log (:mod:`wire.runlog`): each call as its caller saw it.
 
 A :class:`RunLog` lives on the client's I/O thread. Events are added there (or handed
-there from a caller's thread, :meth:`RunLog.add_soon`) and written in one pipeline per
-turn of the I/O loop, on a connection of their own: a log write never delays a send, is
-never part of one, and is not sent again when it fails (the log is for people; a call's
-fate never depends on it). For each run a flush touches it also refreshes the run log's
-TTL and the run's place in the recent-runs index (:data:`wire.keys.RUNS`), pruning the
-index of runs older than the TTL (the index itself lives as long as the newest run).
+there from a caller's thread, :meth:`RunLog.add_soon`) and written in one pipeline, on a
+connection of their own: a log write never delays a send, is never part of one, and is
+not sent again when it fails (the log is for people; a call's fate never depends on it).
+A flush goes out on the next turn of the I/O loop, but at most one starts every
+:data:`FLUSH_GAP`: under load a pipeline carries the events of many calls, not of one or
+two. The client's close sends what is left at once.
+
+A flush also refreshes, for each run it writes to, the run log's TTL and the run's place
+in the recent-runs index (:data:`wire.keys.RUNS`), and prunes the index of runs older
+than the TTL (the index itself lives as long as the newest run); each of those at most
+once every :data:`REFRESH_GAP` (a TTL of hours loses nothing by a second), so a busy
+run's calls cost their ``XADD`` and little more.
 """
 
 from __future__ import annotations
@@ -14,6 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+import time
+import weakref
 
 from agent_client._io.callstate import OP_TIMEOUT, Send
 from agent_client._io.link import Arg, NotSent
@@ -30,6 +39,10 @@ logger = logging.getLogger(__name__)
 _BATCH = 500
 #: Events the client keeps unsent at most (Redis slow to answer); the oldest go first.
 _MAX_PENDING = 10_000
+#: Seconds from one flush's start to the next's, at least.
+FLUSH_GAP = 0.05
+#: Seconds between two refreshes of a run's TTL and index entry, and two prunes, at least.
+REFRESH_GAP = 1.0
 
 
 class RunLog:
@@ -49,10 +62,19 @@ class RunLog:
         self._max = settings.run_log_max
         self._pending: list[tuple[str, dict[str, str]]] = []
         self._flushing: asyncio.Task[None] | None = None
+        self._waiting = False  # the flush under way waits out FLUSH_GAP: nothing sent yet
+        self._last_flush_at = -math.inf
+        #: When each run's TTL and index entry were last refreshed, and the index pruned
+        #: (``time.monotonic()``), by a flush that Redis took.
+        self._refreshed: dict[str, float] = {}
+        self._pruned_at = -math.inf
         #: Whether the last flush is registered to run as the I/O thread stops, and
         #: whether it has started (from then on, nothing more is taken).
         self._closing = False
         self._final = False
+        #: The I/O thread's loop these flags are of (the thread starts a new one on its
+        #: next use after a stop).
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
 
     @property
     def on(self) -> bool:
@@ -93,6 +115,10 @@ class RunLog:
         """Queue one event of ``run`` for the next flush (I/O thread)."""
         if not self._on:
             return
+        loop = asyncio.get_running_loop()
+        if self._loop is None or self._loop() is not loop:  # a first run, or one after a stop
+            self._loop, self._flushing = weakref.ref(loop), None
+            self._closing = self._final = self._waiting = False
         if self._io.stopping():
             # The thread stops: only the last flush, if it is still to come, sends more;
             # a flush started now could open a connection nobody would close.
@@ -106,7 +132,7 @@ class RunLog:
         if len(self._pending) > _MAX_PENDING:
             del self._pending[0]
         if self._flushing is None or self._flushing.done():
-            self._flushing = asyncio.get_running_loop().create_task(self._flush())
+            self._flushing = loop.create_task(self._flush())
 
     def add_soon(self, run: str, entry: dict[str, str]) -> None:
         """:meth:`add`, from any thread; nothing once the client's I/O thread has stopped."""
@@ -115,32 +141,64 @@ class RunLog:
                 self._io.call_soon(self.add, run, entry)
 
     async def _flush(self) -> None:
-        await asyncio.sleep(0)  # this turn's other events come along
+        gap = self._last_flush_at + FLUSH_GAP - time.monotonic()
+        self._waiting = True
+        try:
+            # This turn's other events come along, and under load those of the gap.
+            await asyncio.sleep(0 if self._final else max(0.0, gap))
+        finally:
+            self._waiting = False
+        self._last_flush_at = time.monotonic()
         link = self._io.link(self._url, "runlog")
         while self._pending:
             batch, self._pending = self._pending[:_BATCH], self._pending[_BATCH:]
+            commands, refreshed, pruned = self._commands(batch)
             try:
-                await link.execute(self._commands(batch), timeout=OP_TIMEOUT)
+                await link.execute(commands, timeout=OP_TIMEOUT)
             except NotSent as exc:
                 logger.debug("run log: dropped %d events: %s", len(batch), exc)
+                continue
+            for run in refreshed:
+                self._refreshed[run] = self._last_flush_at
+            if pruned:
+                self._pruned_at = self._last_flush_at
+                # Runs not refreshed lately are refreshed again when they next write.
+                self._refreshed = {
+                    run: at
+                    for run, at in self._refreshed.items()
+                    if self._last_flush_at - at < REFRESH_GAP
+                }
 
     async def _last_flush(self) -> None:
         # The client closes: what it holds goes now, within the I/O thread's wind-down.
         self._final = True
         if self._flushing is not None and not self._flushing.done():
+            if self._waiting:  # it has sent nothing yet: this flush sends it all
+                self._flushing.cancel()
             await asyncio.gather(self._flushing, return_exceptions=True)
         await self._flush()
 
-    def _commands(self, batch: list[tuple[str, dict[str, str]]]) -> list[tuple[Arg, ...]]:
+    def _commands(
+        self, batch: list[tuple[str, dict[str, str]]]
+    ) -> tuple[list[tuple[Arg, ...]], list[str], bool]:
+        """The pipeline of ``batch``; the runs whose TTL and index entry it refreshes, and
+        whether it prunes the index."""
         commands: list[tuple[Arg, ...]] = []
         runs: dict[str, None] = {}
         for run, entry in batch:
             commands.append(tuple(xadd_arguments(keys.run_log(run), entry, max_events=self._max)))
             runs[run] = None
-        now = now_ms()
-        for run in runs:
+        now, moment = now_ms(), time.monotonic()
+        # A run whose last refresh Redis may not have taken is refreshed now: a log whose
+        # XADD made it without its TTL would otherwise outlive it.
+        refreshed = [
+            run for run in runs if moment - self._refreshed.get(run, -math.inf) >= REFRESH_GAP
+        ]
+        for run in refreshed:
             commands.append(("PEXPIRE", keys.run_log(run), self._ttl_ms))
             commands.append(("ZADD", keys.RUNS, now, run))
-        commands.append(("ZREMRANGEBYSCORE", keys.RUNS, "-inf", now - self._ttl_ms))
-        commands.append(("PEXPIRE", keys.RUNS, self._ttl_ms))
-        return commands
+        prune = moment - self._pruned_at >= REFRESH_GAP
+        if prune:
+            commands.append(("ZREMRANGEBYSCORE", keys.RUNS, "-inf", now - self._ttl_ms))
+            commands.append(("PEXPIRE", keys.RUNS, self._ttl_ms))
+        return commands, refreshed, prune

@@ -168,6 +168,7 @@ def _judged(label: str, load: Load, data: Path) -> tuple[str, list[str]]:
     return report, twice
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("pool", ["prefork", "asyncio"])
 def test_a_failover_under_load_ends_every_call_typed_within_its_deadline_and_calls_after_it_succeed(
     pool: Pool, tmp_path: Path, worker_factory: WorkerFactory
@@ -188,6 +189,7 @@ def test_a_failover_under_load_ends_every_call_typed_within_its_deadline_and_cal
     _judged(pool, load, data)
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize(("pool", "acks"), [("prefork", 0), ("prefork", 1), ("asyncio", 1)])
 def test_a_lossy_failover_runs_no_idempotent_call_twice_with_replica_acks(
     pool: Pool, acks: int, tmp_path: Path, worker_factory: WorkerFactory

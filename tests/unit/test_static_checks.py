@@ -1,7 +1,8 @@
 """mypy (strict), ruff's lint and ruff's format check pass on the whole project.
 
-``.ci/run`` runs them again after the suite; run here too, mypy's cold start (half a
-minute) overlaps the suite's other processes, and the run after it reads mypy's cache.
+``.ci/run`` runs them again after the suite; run here too, and the run after it reads
+mypy's cache. mypy runs with the tests marked ``alone`` (after the rest, one at a time):
+beside five other test processes on two cores its cold start took over four minutes.
 """
 
 from __future__ import annotations
@@ -17,8 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.mark.parametrize(
     "tool",
-    [["mypy"], ["ruff", "check", "."], ["ruff", "format", "--check", "."]],
-    ids=["mypy", "ruff", "ruff-format"],
+    [
+        # mypy's cold start takes a core for a minute or more: it runs with the tests that
+        # run alone, after the rest (pytest -m alone).
+        pytest.param(["mypy"], id="mypy", marks=pytest.mark.alone),
+        pytest.param(["ruff", "check", "."], id="ruff"),
+        pytest.param(["ruff", "format", "--check", "."], id="ruff-format"),
+    ],
 )
 def test_the_static_checks_pass(tool: list[str]) -> None:
     run = subprocess.run(
