@@ -29,6 +29,7 @@ from agent_client import ToolClient, ToolExecutionError, ToolTimeoutError, remot
 from agent_client._io.runlog import REFRESH_GAP
 from tests.integration.conftest import PROJECT_ROOT, stop_quickly
 from tests.integration.polling import wait_until
+from tests.integration.test_command_counts import commands
 from tests.integration.ui_support import UiServer, chromium, ui_server
 from toolexec.redis_server import RedisServer
 from toolexec.ui.runs import read_run
@@ -236,11 +237,11 @@ def test_the_run_log_costs_one_xadd_per_call_on_each_side(
     with run_scope(run_id):
         double.invoke_sync({"x": 0})  # the run's log exists before the block
         assert wait_until(lambda: len(_calls(ui, run_id)) == 1 and _ended(store, run_id) == 1)
-        before, began = _commands(store), time.monotonic()
+        before, began = commands(store), time.monotonic()
         for x in range(calls):
             assert double.invoke_sync({"x": x}) == 2 * x
         assert wait_until(lambda: _ended(store, run_id) == calls + 1, timeout=10)
-        added, took = _commands(store) - before, time.monotonic() - began
+        added, took = commands(store) - before, time.monotonic() - began
     assert added["xadd"] == 2 * calls
     refreshes = math.floor(took / REFRESH_GAP) + 1  # at most, in a block of ``took`` seconds
     assert added["zadd"] <= refreshes and added["zremrangebyscore"] <= refreshes, (added, took)
@@ -272,13 +273,6 @@ def test_closing_a_client_sends_the_events_it_holds(
 
 def _ended(store: redis.Redis, run_id: str) -> int:
     return sum(1 for _, f in store.xrange(keys.run_log(run_id)) if f[b"e"] == b"ended")
-
-
-def _commands(store: redis.Redis) -> collections.Counter[str]:
-    stats = store.info("commandstats")
-    return collections.Counter(
-        {name.removeprefix("cmdstat_"): int(s["calls"]) for name, s in stats.items()}
-    )
 
 
 def test_a_call_outside_any_run_is_logged_under_its_client(
