@@ -8,11 +8,13 @@ A flush goes out on the next turn of the I/O loop, but at most one starts every
 :data:`FLUSH_GAP`: under load a pipeline carries the events of many calls, not of one or
 two. The client's close sends what is left at once.
 
-A flush also refreshes, for each run it writes to, the run log's TTL and the run's place
-in the recent-runs index (:data:`wire.keys.RUNS`), and prunes the index of runs older
-than the TTL (the index itself lives as long as the newest run); each of those at most
-once every :data:`REFRESH_GAP` (a TTL of hours loses nothing by a second), so a busy
-run's calls cost their ``XADD`` and little more.
+Every pipeline that may make a key also sets its TTL, so no fault leaves a key without
+one (a Redis that refused the write, or lost it in a restart): each run a flush writes to
+has its log's TTL set in that flush, and a flush that adds to the recent-runs index
+(:data:`wire.keys.RUNS`) sets the index's TTL (it lives as long as the newest run). A
+run's place in the index is written when it first writes, then at most once every
+:data:`REFRESH_GAP` (a TTL of hours loses nothing by a second), and the index is pruned
+of runs older than the TTL as often; a write Redis did not take is made again.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ _BATCH = 500
 _MAX_PENDING = 10_000
 #: Seconds from one flush's start to the next's, at least.
 FLUSH_GAP = 0.05
-#: Seconds between two refreshes of a run's TTL and index entry, and two prunes, at least.
+#: Seconds between two writes of a run's place in the recent-runs index, and two prunes.
 REFRESH_GAP = 1.0
 
 
@@ -64,9 +66,9 @@ class RunLog:
         self._flushing: asyncio.Task[None] | None = None
         self._waiting = False  # the flush under way waits out FLUSH_GAP: nothing sent yet
         self._last_flush_at = -math.inf
-        #: When each run's TTL and index entry were last refreshed, and the index pruned
-        #: (``time.monotonic()``), by a flush that Redis took.
-        self._refreshed: dict[str, float] = {}
+        #: When Redis took each run's place in the index, and the last prune
+        #: (``time.monotonic()``).
+        self._indexed: dict[str, float] = {}
         self._pruned_at = -math.inf
         #: Whether the last flush is registered to run as the I/O thread stops, and
         #: whether it has started (from then on, nothing more is taken).
@@ -152,20 +154,19 @@ class RunLog:
         link = self._io.link(self._url, "runlog")
         while self._pending:
             batch, self._pending = self._pending[:_BATCH], self._pending[_BATCH:]
-            commands, refreshed, pruned = self._commands(batch)
+            commands, indexed, pruned = self._commands(batch)
             try:
                 await link.execute(commands, timeout=OP_TIMEOUT)
             except NotSent as exc:
                 logger.debug("run log: dropped %d events: %s", len(batch), exc)
                 continue
-            for run in refreshed:
-                self._refreshed[run] = self._last_flush_at
+            for run in indexed:
+                self._indexed[run] = self._last_flush_at
             if pruned:
                 self._pruned_at = self._last_flush_at
-                # Runs not refreshed lately are refreshed again when they next write.
-                self._refreshed = {
+                self._indexed = {
                     run: at
-                    for run, at in self._refreshed.items()
+                    for run, at in self._indexed.items()
                     if self._last_flush_at - at < REFRESH_GAP
                 }
 
@@ -181,24 +182,22 @@ class RunLog:
     def _commands(
         self, batch: list[tuple[str, dict[str, str]]]
     ) -> tuple[list[tuple[Arg, ...]], list[str], bool]:
-        """The pipeline of ``batch``; the runs whose TTL and index entry it refreshes, and
+        """The pipeline of ``batch``; the runs whose places in the index it writes, and
         whether it prunes the index."""
         commands: list[tuple[Arg, ...]] = []
         runs: dict[str, None] = {}
         for run, entry in batch:
             commands.append(tuple(xadd_arguments(keys.run_log(run), entry, max_events=self._max)))
             runs[run] = None
-        now, moment = now_ms(), time.monotonic()
-        # A run whose last refresh Redis may not have taken is refreshed now: a log whose
-        # XADD made it without its TTL would otherwise outlive it.
-        refreshed = [
-            run for run in runs if moment - self._refreshed.get(run, -math.inf) >= REFRESH_GAP
-        ]
-        for run in refreshed:
+        for run in runs:  # with the XADDs that may have made it
             commands.append(("PEXPIRE", keys.run_log(run), self._ttl_ms))
+        now, moment = now_ms(), time.monotonic()
+        due = [run for run in runs if moment - self._indexed.get(run, -math.inf) >= REFRESH_GAP]
+        for run in due:
             commands.append(("ZADD", keys.RUNS, now, run))
         prune = moment - self._pruned_at >= REFRESH_GAP
         if prune:
             commands.append(("ZREMRANGEBYSCORE", keys.RUNS, "-inf", now - self._ttl_ms))
+        if due or prune:  # with the ZADDs that may have made it
             commands.append(("PEXPIRE", keys.RUNS, self._ttl_ms))
-        return commands, refreshed, prune
+        return commands, due, prune

@@ -199,9 +199,9 @@ def _measure(
             (
                 "Log events per call: the events in each block's run log, by who writes "
                 "them (the worker: started, ended; the client: the rest), each one XADD. "
-                "Beside them the client sends, at most once a second, one PEXPIRE of each "
-                "run's log, a ZADD and a ZREMRANGEBYSCORE of the recent-runs index and its "
-                "PEXPIRE."
+                "Beside them the client sends one PEXPIRE of each run's log per flush (at "
+                "most one every 50 ms), and at most once a second a ZADD and a "
+                "ZREMRANGEBYSCORE of the recent-runs index and its PEXPIRE."
             ),
             (
                 "An in-flight block's time and commands run until its run's log holds an "
