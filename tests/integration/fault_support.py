@@ -24,9 +24,13 @@ def unique(prefix: str) -> str:
     return f"{prefix}:{uuid.uuid4().hex[:12]}"
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) process ``pid`` and its threads have used; Linux only."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """CPU time (user + system) process ``pid`` and its threads have used; Linux only.
+
+    With ``thread`` (a native thread id of that process), the time of that thread alone.
+    """
+    stat = Path(f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat")
+    fields = stat.read_text().rpartition(")")[2].split()
     # After the name: state is field 3 (index 0 here); utime and stime are fields 14, 15.
     ticks = int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")

@@ -12,6 +12,7 @@ import functools
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 import redis
@@ -80,8 +81,10 @@ def fault_spin(marker: str) -> None:
     """Store this process's PID under `marker`, then spin forever, ignoring everything.
 
     Args:
-        marker: A Redis key set to the PID of the process running the call.
+        marker: A Redis key set to the PID of the process running the call; the
+            spinning thread's own id goes under `marker` + ":thread".
     """
+    _redis().set(f"{marker}:thread", threading.get_native_id(), ex=_KEY_TTL)
     _redis().set(marker, os.getpid(), ex=_KEY_TTL)
     while True:
         pass
