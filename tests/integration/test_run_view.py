@@ -370,9 +370,13 @@ def test_a_live_calls_progress_moves_on_the_page(
     client: ToolClient, ui: UiServer, page: Page
 ) -> None:
     run_id = f"run-{uuid.uuid4().hex[:8]}"
+    # Opened before its run has logged anything: the page says so, and shows the call
+    # once it is logged.
+    opened = page.goto(f"{ui.url}/runs/{run_id}")
+    assert opened is not None and opened.status == 404
+    expect(page.locator("#timeline")).to_contain_text(f"no run '{run_id}' is logged")
     with run_scope(run_id):
         handle = remote_tool("rv_steps", client=client).submit({"steps": 50, "pause": 0.1})
-    page.goto(f"{ui.url}/runs/{run_id}")
     row = page.locator(f'.call[data-call-id="{handle.id}"]')
     expect(row).to_have_attribute("data-status", "running", timeout=10_000)
     expect(row).to_have_attribute("data-progress", re.compile(r"\d"))

@@ -259,7 +259,12 @@ def make_app(settings: Settings, client: redis.Redis | None = None) -> Starlette
         def view(request: Request) -> Response:
             run_id = request.path_params["run_id"]
             context = run_context(run_id)
-            if context is None:
+            if context is None and template == "run.html":
+                # Still a page that refreshes: a run opened as it starts (its first call
+                # not logged yet) shows its calls as they come.
+                empty = {"calls": [], "span": 0, "ticks": [], "missing": not_found(run_id)}
+                return page(template, status=404, run_id=run_id, **empty)
+            if context is None:  # a fragment: the page keeps what it shows, and asks again
                 return PlainTextResponse(not_found(run_id), status_code=404)
             return page(template, **context)
 
