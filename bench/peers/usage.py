@@ -72,16 +72,30 @@ class Usage:
 
     calls: int = 0
     seconds: float = 0.0
+    #: Seconds the readings spanned: ``seconds``, unless a block was read after it ended
+    #: (what the shared processes spend with no calls comes off for all of it).
+    span: float = 0.0
     main: float = 0.0
     children: float = 0.0
     client: float = 0.0
     redis: float = 0.0
     commands: float = 0.0
 
-    def add(self, before: Reading, after: Reading, *, seconds: float, calls: int) -> None:
-        """Count one block of ``calls`` that took ``seconds``, read around it."""
+    def add(
+        self,
+        before: Reading,
+        after: Reading,
+        *,
+        seconds: float,
+        calls: int,
+        span: float | None = None,
+    ) -> None:
+        """Count one block of ``calls`` that took ``seconds``, read around it; ``span``:
+        the seconds between the readings, where ``after`` was taken later than the
+        block's end (its trailing writes waited for)."""
         self.calls += calls
         self.seconds += seconds
+        self.span += seconds if span is None else span
         self.main += after.main - before.main
         self.children += after.children - before.children
         self.client += after.client - before.client
@@ -92,12 +106,12 @@ class Usage:
         """This usage with the shared processes' and the commands' idle rate taken away.
 
         ``idle`` is what the same readings gave over a window of no calls; its rate per
-        second, over this usage's seconds, comes off the client, Redis and the commands
-        (never below zero). The worker's CPU stays whole.
+        second, over the seconds this usage's readings spanned, comes off the client,
+        Redis and the commands (never below zero). The worker's CPU stays whole.
         """
         if idle.seconds <= 0:
             return self
-        scale = self.seconds / idle.seconds
+        scale = self.span / idle.seconds
 
         def less(spent: float, idle_spent: float) -> float:
             return max(0.0, spent - idle_spent * scale)
@@ -105,6 +119,7 @@ class Usage:
         return Usage(
             calls=self.calls,
             seconds=self.seconds,
+            span=self.span,
             main=self.main,
             children=self.children,
             client=less(self.client, idle.client),

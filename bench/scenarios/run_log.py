@@ -9,12 +9,14 @@ workers (``-c`` as in scenario 2) and two clients, one of each with the log on a
 with it off, each worker on a queue and no-op of its own; blocks alternate between the
 two sides: sequential calls (their p50 and p99), then calls kept in flight (calls/s).
 
-Each block is one run of its own; after a block, the run's log is read back once the
-worker has logged every call of it, so that a side's commands include all its log
-writes. Events per call are counted in that log by who wrote them (``started`` and
-``ended``: the worker; the rest: the client). Redis commands per call are ``INFO
-commandstats`` around the in-flight blocks, less the rate with no calls
-(:mod:`bench.peers.usage`); the ratios divide the side that logs by the side that does not.
+Each block is one run of its own. Its calls/s is its calls over the time they took; its
+CPU and Redis commands are read once both sides' last flushes are in (the log asked only
+its length meanwhile), so that a side's commands include all its log writes; then the
+log is read back, outside the reading. Events per call are counted in that log by who
+wrote them (``started`` and ``ended``: the worker; the rest: the client). Redis commands
+per call are ``INFO commandstats`` around the in-flight blocks, less the rate with no
+calls over the whole reading (:mod:`bench.peers.usage`); the ratios divide the side that
+logs by the side that does not.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from bench.report import Goal, ScenarioResult, Table, ms, rate, ratio
 from bench.stats import Latencies, alternate, keep_in_flight, timed_async
 from toolexec import WorkerProcess
 from wire import keys
-from wire.runlog import ENDED, STARTED
+from wire.runlog import ENDED, FLUSH_INTERVAL, STARTED
 from wire.settings import Settings
 
 NUMBER = 16
@@ -107,12 +109,15 @@ def _measure(
             before = Reading.take(bench.redis, bench.server.pid, pids[mode])
             started = time.perf_counter()
             bench.run(keep_in_flight(call, in_flight, total))
-            if mode == "on":
+            elapsed = time.perf_counter() - started
+            if mode == "on":  # its last flushes, each side's, are the block's too
+                _until_written(bench, run_id, total)
+            after = Reading.take(bench.redis, bench.server.pid, pids[mode])
+            span = time.perf_counter() - started
+            usage[mode].add(before, after, seconds=elapsed, calls=total, span=span)
+            if mode == "on":  # read back outside the block: its CPU and commands are ours
                 events[mode].update(_logged(bench, run_id, total))
                 stored.append(_bytes(bench, run_id) / total)
-            elapsed = time.perf_counter() - started
-            after = Reading.take(bench.redis, bench.server.pid, pids[mode])
-            usage[mode].add(before, after, seconds=elapsed, calls=total)
 
         return measured
 
@@ -204,12 +209,34 @@ def _measure(
                 "ZREMRANGEBYSCORE of the recent-runs index and its PEXPIRE."
             ),
             (
-                "An in-flight block's time and commands run until its run's log holds an "
-                "end for every call, so its last flush is counted; CPU: the side's worker "
-                "(all of it), and this process above its idle rate (both clients live here)."
+                "An in-flight block's calls/s is its calls over the time they took; its "
+                "CPU and commands are read once its run's log holds an event of each side "
+                "per call and has not grown for a worker's flush interval (0.2 s; only XLEN "
+                "asked), so both sides' last flushes are counted; its log is read back after "
+                "that reading. CPU: the side's worker (all of it), and this process above its "
+                "idle rate over the whole reading (both clients live here)."
             ),
         ],
     )
+
+
+def _until_written(bench: Bench, run_id: str, calls: int) -> None:
+    """Wait until ``run_id``'s log holds at least an event from each side per call and
+    has then not grown for longer than a worker's flush interval.
+
+    Only ``XLEN`` is asked (a command per poll, no entry read): what this waiting costs
+    this process and Redis stays out of the block's readings, unlike a read of the log.
+    """
+    deadline = time.monotonic() + 30.0
+    key = keys.run_log(run_id)
+    length, grew_at = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now, seen = time.monotonic(), int(bench.redis.xlen(key))
+        if seen != length:
+            length, grew_at = seen, now
+        elif length >= 2 * calls and now - grew_at > FLUSH_INTERVAL + 0.05:
+            return
+        time.sleep(0.02)
 
 
 def _logged(bench: Bench, run_id: str, calls: int) -> collections.Counter[str]:

@@ -77,6 +77,24 @@ def test_usage_charges_the_worker_whole_and_the_shared_processes_above_idle() ->
     assert net.rate == pytest.approx(50.0)
 
 
+def test_a_block_read_after_it_ended_has_its_rate_from_its_calls_and_idle_over_the_reading() -> (
+    None
+):
+    idle = Usage()
+    idle.add(_reading(0.0, 0), _reading(0.01, 20), seconds=1.0, calls=0)  # per second
+    busy = Usage()
+    # 100 calls took 2 s; their trailing writes were waited for, and read 3 s after the start.
+    busy.add(_reading(0.0, 0), _reading(1.0, 1000), seconds=2.0, calls=100, span=3.0)
+
+    net = busy.net(idle)
+
+    assert net.rate == pytest.approx(50.0)  # the calls' time, not the wait's
+    assert net.client == pytest.approx(3.0 - 0.09)  # idle over all 3 s
+    assert net.redis == pytest.approx(4.0 - 0.12)
+    assert net.commands == pytest.approx(1000 - 60)
+    assert (net.main, net.children) == (1.0, 2.0)
+
+
 def test_usage_never_goes_below_zero_when_a_block_spent_less_than_idle() -> None:
     idle = Usage()
     idle.add(_reading(0.0, 0), _reading(1.0, 1000), seconds=1.0, calls=0)
