@@ -32,7 +32,7 @@ from tests.integration.polling import wait_until
 from tests.integration.test_command_counts import commands
 from tests.integration.ui_support import UiServer, chromium, ui_server
 from toolexec.redis_server import RedisServer
-from toolexec.ui.runs import read_run
+from toolexec.ui.runs import RunReader
 from toolexec.worker_process import Pool, WorkerProcess
 from wire import keys
 from wire.settings import Settings
@@ -523,11 +523,11 @@ def test_a_call_sent_again_after_its_worker_died_says_so(tmp_path: Path) -> None
                 assert handle.result_sync(timeout=60) == "2B"
 
                 def ended() -> list[Any]:
-                    calls = read_run(db, "resent-run") or []
+                    calls = RunReader(db).run("resent-run") or []
                     return [c for c in calls if c.status == "ok"]
 
                 assert wait_until(ended, timeout=10)
-                (call,) = read_run(db, "resent-run") or []
+                (call,) = RunReader(db).run("resent-run") or []
             assert call.resent == 1
             assert call.worker is not None and call.worker.startswith(second.name)
         finally:

@@ -36,7 +36,7 @@ from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route
 
 from toolexec.status import status_snapshot
-from toolexec.ui.runs import LIVE, CallView, read_run, read_runs
+from toolexec.ui.runs import LIVE, CallView, RunReader
 from wire.clock import server_seconds
 from wire.connect import sync_client
 from wire.errors import ConfigurationError
@@ -213,13 +213,14 @@ def make_app(settings: Settings, client: redis.Redis | None = None) -> Starlette
         socket_timeout=5.0,
     )
     env = _environment()
+    reader = RunReader(store)
 
     def page(name: str, status: int = 200, **context: Any) -> HTMLResponse:
         return HTMLResponse(env.get_template(name).render(**context), status_code=status)
 
     def runs_context() -> dict[str, Any]:
         now = _now_ms(store)
-        return {"runs": [r.as_dict() for r in read_runs(store, now)], "now": now}
+        return {"runs": [r.as_dict() for r in reader.runs(now)], "now": now}
 
     def fleet() -> dict[str, Any]:
         try:
@@ -236,7 +237,7 @@ def make_app(settings: Settings, client: redis.Redis | None = None) -> Starlette
         return snapshot
 
     def run_context(run_id: str) -> dict[str, Any] | None:
-        calls = read_run(store, run_id)
+        calls = reader.run(run_id)
         if calls is None:
             return None
         return {"run_id": run_id, **_timeline(calls, _now_ms(store))}
@@ -275,7 +276,7 @@ def make_app(settings: Settings, client: redis.Redis | None = None) -> Starlette
 
     def api_run(request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        calls = read_run(store, run_id)
+        calls = reader.run(run_id)
         if calls is None:
             return JSONResponse({"error": not_found(run_id)}, status_code=404)
         return JSONResponse({"run_id": run_id, "calls": [c.as_dict() for c in calls]})

@@ -1,8 +1,15 @@
 """Reading the run log (:mod:`wire.runlog`): the recent runs, and one run's calls.
 
-:func:`calls_of` folds a run's events into one :class:`CallView` per call, with no I/O;
-:func:`read_runs` and :func:`read_run` read Redis (one pipelined round trip each) and
-fold. A call's ``status`` is what its caller was told, when it was told something:
+:func:`calls_of` folds a run's events into one :class:`CallView` per call, with no I/O.
+A :class:`RunReader` reads Redis for the UI and reads each entry of a log once: it keeps
+each run's calls as folded so far (the :data:`KEPT_RUNS` it read last), and a page's
+refresh asks only for the entries after the last one it folded, at most
+:data:`READ_CHUNK` per ``XRANGE`` (Redis answers each in about a millisecond: a run of
+10,000 events, or fifty of them on the recent-runs page, never hold the server that
+serves the fleet's calls, however often a page refreshes); a log trimmed past what it
+folded (``MAXLEN``), or made again after it lapsed, is read whole, so a page shows what
+the log holds, as a first read does. A call's ``status`` is what
+its caller was told, when it was told something:
 
 * ``queued`` (sent, not started), ``running``;
 * ``ok``, ``error`` (the tool raised, or its arguments or name were refused),
@@ -19,7 +26,10 @@ while its tool ran on shows both.
 
 from __future__ import annotations
 
+import copy
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,10 +48,27 @@ from wire.runlog import (
     TIMEOUT,
 )
 
-__all__ = ["LIVE", "CallView", "RunSummary", "calls_of", "read_run", "read_runs", "summarise"]
+__all__ = [
+    "KEPT_RUNS",
+    "LIVE",
+    "RANGES_PER_ROUND",
+    "READ_CHUNK",
+    "CallView",
+    "RunReader",
+    "RunSummary",
+    "calls_of",
+    "summarise",
+]
 
 #: The statuses of a call not ended.
 LIVE = ("queued", "running")
+
+#: Entries one ``XRANGE`` of a run's log reads at most.
+READ_CHUNK = 1000
+#: Runs whose calls a :class:`RunReader` keeps folded (the least recently read go first).
+KEPT_RUNS = 100
+#: Ranges one pipeline of a :class:`RunReader` asks for at most.
+RANGES_PER_ROUND = 10
 
 #: A worker's outcome kind (``wire.models.ErrorKind``) -> the status it gives.
 _KIND_STATUS = {
@@ -66,7 +93,7 @@ _CLIENT_ERROR_STATUS = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class CallView:
     """One call of a run, as its events tell it. Times are ms on Redis' clock."""
 
@@ -140,25 +167,60 @@ def calls_of(
     events: list[dict[str, str]], progress: dict[str, str] | None = None
 ) -> list[CallView]:
     """Fold a run's events (oldest first) into its calls, in the order they were sent."""
-    calls: dict[str, CallView] = {}
+    fold = _Fold()
     for entry in events:
+        fold.add(entry)
+    return fold.views(progress)
+
+
+#: The id before every entry's: (ms, sequence) of nothing read yet.
+_BEFORE = (0, -1)
+
+
+class _Fold:
+    """A run's calls as its events tell them: the log's entries from ``first`` to ``last``."""
+
+    __slots__ = ("calls", "first", "last", "summary")
+
+    def __init__(self) -> None:
+        self.calls: dict[str, CallView] = {}
+        #: The ids of the first and last entries folded in, as (ms, sequence).
+        self.first: tuple[int, int] = _BEFORE
+        self.last: tuple[int, int] = _BEFORE
+        #: The run's summary as of ``last``, kept while none of its calls is live.
+        self.summary: tuple[tuple[int, int], RunSummary] | None = None
+
+    def add(self, entry: dict[str, str]) -> None:
         call_id = entry.get("call")
         kind = entry.get("e")
         at = _int(entry.get("t"))
         if not call_id or kind is None or at is None:
-            continue
-        call = calls.setdefault(call_id, CallView(call_id=call_id))
+            return
+        call = self.calls.get(call_id)
+        if call is None:
+            call = self.calls[call_id] = CallView(call_id=call_id)
         _apply(call, kind, at, entry)
-    for call in calls.values():
-        _in_order(call)
-    for call_id, raw in (progress or {}).items():
-        found = calls.get(call_id)
-        if found is not None:
-            try:
-                found.progress = json.loads(raw)
-            except ValueError:
-                continue
-    return sorted(calls.values(), key=lambda c: (c.sent_at is None, c.sent_at or 0))
+
+    def views(self, progress: dict[str, str] | None = None) -> list[CallView]:
+        """The calls as a page shows them: copies, their times in order, with ``progress``."""
+        calls = {call_id: copy.copy(call) for call_id, call in self.calls.items()}
+        for call in calls.values():
+            _in_order(call)
+        for call_id, raw in (progress or {}).items():
+            found = calls.get(call_id)
+            if found is not None:
+                try:
+                    found.progress = json.loads(raw)
+                except ValueError:
+                    continue
+        return sorted(calls.values(), key=lambda c: (c.sent_at is None, c.sent_at or 0))
+
+    def summarise(self, run_id: str, now: int) -> RunSummary:
+        if self.summary is not None and self.summary[0] == self.last:
+            return self.summary[1]
+        summary = summarise(run_id, self.views(), now)
+        self.summary = None if summary.live else (self.last, summary)
+        return summary
 
 
 def _in_order(call: CallView) -> None:
@@ -258,32 +320,144 @@ def summarise(run_id: str, calls: list[CallView], now: int) -> RunSummary:
     )
 
 
-def _events(raw: Any) -> list[dict[str, str]]:
-    return [{_text(k): _text(v) for k, v in fields.items()} for _, fields in raw or []]
+def _entry_id(value: Any) -> tuple[int, int]:
+    ms, _, sequence = _text(value).partition("-")
+    return int(ms), int(sequence or 0)
 
 
-def read_run(client: redis.Redis, run_id: str) -> list[CallView] | None:
-    """The calls of run ``run_id``, or None when Redis has no log of it."""
-    pipe = client.pipeline(transaction=False)
-    pipe.xrange(keys.run_log(run_id))
-    pipe.hgetall(keys.run_progress(run_id))
-    raw, progress = pipe.execute()
-    if not raw:
-        return None
-    return calls_of(_events(raw), {_text(k): _text(v) for k, v in progress.items()})
+def _id_text(entry_id: tuple[int, int]) -> str:
+    return f"{entry_id[0]}-{entry_id[1]}"
 
 
-def read_runs(client: redis.Redis, now: int, *, limit: int = 50) -> list[RunSummary]:
-    """The ``limit`` runs whose calls were sent latest, newest first (runs whose log has
-    lapsed are left out)."""
-    run_ids = [_text(r) for r in client.zrevrange(keys.RUNS, 0, limit - 1)]
-    if not run_ids:
-        return []
-    pipe = client.pipeline(transaction=False)
-    for run_id in run_ids:
-        pipe.xrange(keys.run_log(run_id))
-    summaries = []
-    for run_id, raw in zip(run_ids, pipe.execute(), strict=True):
-        if raw:
-            summaries.append(summarise(run_id, calls_of(_events(raw)), now))
-    return summaries
+class RunReader:
+    """The UI's reader of run logs: each entry read and folded once (see the module).
+
+    Args:
+        client: The Redis that holds the logs (``TOOLEXEC_REDIS_URL``).
+        chunk: Entries one ``XRANGE`` reads at most.
+        keep: Runs whose calls are kept folded.
+
+    Safe to call from several threads (Starlette runs the UI's handlers on a pool).
+    """
+
+    def __init__(self, client: redis.Redis, *, chunk: int = READ_CHUNK, keep: int = KEPT_RUNS):
+        if chunk < 2:
+            raise ValueError(f"chunk must be at least 2 entries, got {chunk}")
+        self._client = client
+        self._chunk = chunk
+        self._keep = keep
+        self._folds: OrderedDict[str, _Fold] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def run(self, run_id: str) -> list[CallView] | None:
+        """The calls of run ``run_id``, or None when Redis has no log of it."""
+        progress: dict[str, str] = {}
+        folds = self._read([run_id], progress_of=run_id, progress=progress)
+        if run_id not in folds:
+            return None
+        with self._lock:
+            return folds[run_id].views(progress)
+
+    def runs(self, now: int, *, limit: int = 50) -> list[RunSummary]:
+        """The ``limit`` runs whose calls were sent latest, newest first (runs whose log
+        has lapsed are left out)."""
+        run_ids = [_text(r) for r in self._client.zrevrange(keys.RUNS, 0, limit - 1)]
+        if not run_ids:
+            return []
+        folds = self._read(run_ids)
+        with self._lock:
+            return [folds[r].summarise(r, now) for r in run_ids if r in folds]
+
+    def _read(
+        self,
+        run_ids: list[str],
+        *,
+        progress_of: str | None = None,
+        progress: dict[str, str] | None = None,
+    ) -> dict[str, _Fold]:
+        """Fold in what each run's log holds past what this reader has folded; the folds
+        of the runs whose log exists.
+
+        A kept fold goes on only while the log still starts at or before its first entry
+        and still holds its last: a log trimmed past what the fold holds (``MAXLEN``), or
+        one that lapsed and was made again, is read whole, so a page shows what the log
+        holds, as a first read would.
+        """
+        with self._lock:
+            known = {run_id: self._folds.get(run_id) for run_id in run_ids}
+        start = {r: _BEFORE if fold is None else fold.last for r, fold in known.items()}
+        cursor = {r: "-" if fold is None else _id_text(fold.last) for r, fold in known.items()}
+        read: dict[str, list[tuple[tuple[int, int], dict[str, str]]]] = {r: [] for r in run_ids}
+        #: Each log's first entry's id (None: no log), read in the first round.
+        heads: dict[str, tuple[int, int] | None] | None = None
+        resumed = {r for r, fold in known.items() if fold is not None}
+        broken: set[str] = set()  # a kept fold's last entry is gone from its log
+        todo = list(run_ids)
+        while todo or heads is None:
+            # At most RANGES_PER_ROUND ranges a round trip: Redis runs a pipeline's
+            # commands back to back, so a round holds it for about as many milliseconds.
+            now, todo = todo[:RANGES_PER_ROUND], todo[RANGES_PER_ROUND:]
+            pipe = self._client.pipeline(transaction=False)
+            for run_id in now:
+                pipe.xrange(keys.run_log(run_id), min=cursor[run_id], count=self._chunk)
+            if heads is None:  # the first round: where each log starts, the progress asked
+                for run_id in run_ids:
+                    pipe.xrange(keys.run_log(run_id), count=1)
+                if progress_of is not None:
+                    pipe.hgetall(keys.run_progress(progress_of))
+            replies = pipe.execute()
+            ranges, rest = replies[: len(now)], replies[len(now) :]
+            if heads is None:
+                heads = {
+                    r: _entry_id(head[0][0]) if head else None
+                    for r, head in zip(run_ids, rest, strict=False)
+                }
+                if progress_of is not None and progress is not None:
+                    progress.update({_text(k): _text(v) for k, v in rest[-1].items()})
+            for run_id, raw in zip(now, ranges, strict=True):
+                got = [(_entry_id(i), fields) for i, fields in raw or []]
+                if run_id in resumed:
+                    # A kept fold's first range starts at its last entry (inclusive), which
+                    # must still be there.
+                    resumed.discard(run_id)
+                    if not got or got[0][0] != start[run_id]:
+                        broken.add(run_id)
+                        continue
+                read[run_id] += [
+                    (i, {_text(k): _text(v) for k, v in fields.items()})
+                    for i, fields in got
+                    if i > start[run_id] and (not read[run_id] or i > read[run_id][-1][0])
+                ]
+                if len(got) == self._chunk:  # more after it: from its last (inclusive)
+                    cursor[run_id] = _id_text(got[-1][0])
+                    todo.append(run_id)
+        again = []
+        folds: dict[str, _Fold] = {}
+        with self._lock:
+            for run_id in run_ids:
+                fold, was, head = self._folds.get(run_id), known[run_id], heads.get(run_id)
+                if head is None or (fold is None and not read[run_id] and was is None):
+                    self._folds.pop(run_id, None)  # lapsed, or never logged
+                    continue
+                if was is not None and (fold is not was or run_id in broken or head > was.first):
+                    # Let go of meanwhile, or its log trimmed past it or made again: what
+                    # was read does not go on from what is kept; the log is read whole.
+                    if fold is was:
+                        del self._folds[run_id]
+                    again.append(run_id)
+                    continue
+                if fold is None:
+                    fold = self._folds[run_id] = _Fold()
+                for entry_id, entry in read[run_id]:
+                    if entry_id > fold.last:  # another request may have folded it meanwhile
+                        if fold.first == _BEFORE:
+                            fold.first = entry_id
+                        fold.add(entry)
+                        fold.last = entry_id
+                self._folds.move_to_end(run_id)
+                folds[run_id] = fold
+            while len(self._folds) > self._keep:
+                self._folds.popitem(last=False)
+        if again:
+            folds.update(self._read(again))
+        return folds
