@@ -77,7 +77,7 @@ def describe(*, redis_version: str, root: Path) -> list[tuple[str, str]]:
             "dramatiq / arq / taskiq / taskiq-redis",
             " / ".join(_version(p) for p in ("dramatiq", "arq", "taskiq", "taskiq-redis")),
         ),
-        # redis-py parses replies with hiredis when it is installed (arq brings it in).
+        # redis-py parses replies with hiredis (a dependency of toolexec) for every side.
         ("hiredis", _version("hiredis")),
         ("toolexec commit", _commit(root)),
     ]
