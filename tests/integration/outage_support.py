@@ -19,7 +19,7 @@ import redis
 from agent_client import RemoteToolError
 from toolexec import RedisServer
 
-__all__ = ["SLACK", "calls_of", "echo_works", "freeze", "frozen", "thaw", "what_redis_holds_of"]
+__all__ = ["SLACK", "echo_works", "freeze", "frozen", "thaw", "what_redis_holds_of"]
 
 #: How late past its deadline a caller may hear.
 SLACK = 0.05
@@ -46,11 +46,6 @@ def frozen(server: RedisServer) -> Iterator[None]:
         yield
     finally:
         thaw(server)
-
-
-def calls_of(store: redis.Redis, command: str) -> int:
-    """How many times the server ran ``command`` (also inside scripts)."""
-    return int(store.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
 
 
 def echo_works(echo: object) -> bool:

@@ -30,6 +30,7 @@ from agent_client import (
     remote_tool,
 )
 from tasks import list_bookings
+from tests.redis_stats import calls_of
 from toolexec import WorkerProcess
 from wire import keys
 from wire.settings import Settings
@@ -46,8 +47,7 @@ def _is_json(value: Any) -> bool:
 
 def _lpush_calls(client: redis.Redis) -> int:
     """How many LPUSH commands the server has run: the client publishes a call with one."""
-    stats = client.info("commandstats").get("cmdstat_lpush", {})
-    return int(stats.get("calls", 0))
+    return calls_of(client, "lpush")
 
 
 # -- round trips -----------------------------------------------------------------------

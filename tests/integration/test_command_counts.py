@@ -34,6 +34,7 @@ import pytest
 import redis
 
 from agent_client import RemoteTool, ToolClient, remote_tool, run_scope
+from tests.redis_stats import commands
 from toolexec import RedisServer, WorkerProcess
 from wire import keys
 from wire.settings import Settings
@@ -118,14 +119,6 @@ def client(env: dict[str, str], worker: WorkerProcess) -> Iterator[ToolClient]:
 def store(server: RedisServer) -> Iterator[redis.Redis]:
     with redis.Redis.from_url(server.url) as connection:
         yield connection
-
-
-def commands(store: redis.Redis) -> Counter[str]:
-    """Commands the server has run so far, by name (the readings themselves left out)."""
-    stats = store.info("commandstats")
-    counts = Counter({name.removeprefix("cmdstat_"): int(s["calls"]) for name, s in stats.items()})
-    counts.pop("info", None)
-    return counts
 
 
 def parked(store: redis.Redis) -> Counter[str]:

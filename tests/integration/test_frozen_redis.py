@@ -26,10 +26,11 @@ from agent_client import (
     remote_tool,
 )
 from agent_client.clock import RETRY_AFTER
+from tests.redis_stats import calls_of
 from toolexec import RedisServer
 from wire.settings import Settings
 
-from .outage_support import SLACK, calls_of, echo_works, freeze, frozen, thaw
+from .outage_support import SLACK, echo_works, freeze, frozen, thaw
 from .polling import wait_until
 
 if TYPE_CHECKING:

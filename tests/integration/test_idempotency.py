@@ -39,6 +39,7 @@ from agent_client import (
 )
 from agent_client.runs import idempotency_key
 from tasks import list_bookings
+from tests.redis_stats import calls_of
 from toolexec import Pool, RedisServer, WorkerProcess
 from wire import keys
 from wire.formats import parse_state, stored_state
@@ -130,7 +131,7 @@ def _marker() -> str:
 
 def _lpush_calls(client: redis.Redis) -> int:
     """LPUSH commands the server ran (also inside scripts): one per published call."""
-    return int(client.info("commandstats").get("cmdstat_lpush", {}).get("calls", 0))
+    return calls_of(client, "lpush")
 
 
 def _wait_for_pid(client: redis.Redis, marker: str, timeout: float = 15.0) -> int:

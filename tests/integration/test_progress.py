@@ -25,6 +25,7 @@ from agent_client import (
     remote_tool,
 )
 from executor.context import MIN_INTERVAL
+from tests.redis_stats import calls_of
 from toolexec import Pool, WorkerProcess
 from wire import keys
 
@@ -51,8 +52,7 @@ def observe_worker(
 
 def rpush_calls(client: redis.Redis) -> int:
     """How many RPUSH commands the server has run (progress and outcome frames are RPUSHes)."""
-    stats = client.info("commandstats").get("cmdstat_rpush", {})
-    return int(stats.get("calls", 0))
+    return calls_of(client, "rpush")
 
 
 def most_frames(seconds: float) -> int:

@@ -37,10 +37,11 @@ from agent_client import (
     remote_tool,
     run_scope,
 )
+from tests.redis_stats import calls_of
 from toolexec import Pool, RedisServer
 from wire.settings import Settings
 
-from .outage_support import SLACK, calls_of, frozen, what_redis_holds_of
+from .outage_support import SLACK, frozen, what_redis_holds_of
 from .polling import wait_until
 
 if TYPE_CHECKING:

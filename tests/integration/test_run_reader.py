@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests import redis_stats
 from toolexec.ui.runs import RANGES_PER_ROUND, RunReader, calls_of, summarise
 from wire import keys
 from wire.runlog import ENDED, SENT, event
@@ -54,8 +55,7 @@ def _whole(store: redis.Redis, run_id: str) -> list[dict[str, object]]:
 
 
 def _xranges(store: redis.Redis) -> int:
-    stats = store.info("commandstats").get("cmdstat_xrange")
-    return int(stats["calls"]) if stats else 0
+    return redis_stats.calls_of(store, "xrange")
 
 
 def _sent_bytes(store: redis.Redis) -> int:

@@ -29,8 +29,8 @@ from agent_client import ToolClient, ToolExecutionError, ToolTimeoutError, remot
 from agent_client._io.runlog import FLUSH_GAP, REFRESH_GAP
 from tests.integration.conftest import PROJECT_ROOT, stop_quickly
 from tests.integration.polling import wait_until
-from tests.integration.test_command_counts import commands
 from tests.integration.ui_support import UiServer, chromium, ui_server
+from tests.redis_stats import commands
 from toolexec.redis_server import RedisServer
 from toolexec.ui.runs import RunReader
 from toolexec.worker_process import Pool, WorkerProcess

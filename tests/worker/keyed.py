@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import redis
 
+from tests.redis_stats import commands
 from wire import keys
 from wire.formats import KeyState, parse_state, waiter_entry
 from wire.scripts import CLAIM, pair
@@ -58,15 +61,6 @@ def state_of(client: redis.Redis, idem: Idempotent) -> KeyState:
     return parse_state(client.get(idem.state))
 
 
-def commands(client: redis.Redis) -> dict[str, int]:
-    """Commands the server has run, by name (``INFO commandstats``; scripts' own count)."""
-    stats = client.info("commandstats")
-    return {name.removeprefix("cmdstat_"): int(stat["calls"]) for name, stat in stats.items()}
-
-
-def sent(client: redis.Redis, before: dict[str, int]) -> dict[str, int]:
-    """Commands run since ``before`` (a reading of :func:`commands`), the readings left out."""
-    after = commands(client)
-    counts = {name: after[name] - before.get(name, 0) for name in after}
-    counts.pop("info", None)  # the counting itself
-    return {name: n for name, n in counts.items() if n}
+def sent(client: redis.Redis, before: Counter[str]) -> dict[str, int]:
+    """Commands run since ``before`` (a reading of :func:`tests.redis_stats.commands`)."""
+    return dict(commands(client) - before)

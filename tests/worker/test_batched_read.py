@@ -24,6 +24,7 @@ from kombu.transport import redis as kombu_redis
 
 from executor.seams.app import create_app
 from executor.seams.transport import BATCH_MAX, Channel
+from tests.redis_stats import calls_of
 from toolexec import RedisServer
 from wire import keys
 from wire.copies import sent_again
@@ -96,8 +97,7 @@ def store(any_server: RedisServer) -> Iterator[redis.Redis]:
 
 def commands(url: str, name: str) -> int:
     with redis.Redis.from_url(url) as client:
-        stats: dict[str, Any] = client.info("commandstats")
-    return int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+        return calls_of(client, name)
 
 
 def test_kombus_brpop_start_is_still_the_method_toolexecs_channel_copied() -> None:

@@ -17,13 +17,14 @@ import pytest
 import redis
 
 from executor.claims import begin, complete, release
+from tests.redis_stats import commands
 from toolexec import RedisServer
 from wire import keys
 from wire.formats import KeyState, reply_frame, running_state
 from wire.models import CallRequest
 from wire.scripts import BEGIN, CLAIM, COMPLETE, DELIVER, RELEASE_HOLDER
 
-from .keyed import HOLDER, OTHER, TTL_MS, Idempotent, claim, commands, sent, state_of
+from .keyed import HOLDER, OTHER, TTL_MS, Idempotent, claim, sent, state_of
 from .support import unique
 
 OK = '{"ok": true}'

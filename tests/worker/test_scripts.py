@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import redis
 
+from tests.redis_stats import calls_of
 from wire import keys
 from wire.copies import PUSH_ONCE
 from wire.formats import (
@@ -159,14 +160,14 @@ def test_claim_of_a_batch_answers_each_call_in_order_and_pushes_each_queue_once(
     for idem, call_id in calls:
         names += [idem.claim, idem.state, idem.waiters, idem.queue]
         arguments += [call_id, TTL_MS, f"message of {call_id}", waiter_entry("c", call_id), "1"]
-    before = int(client.info("commandstats").get("cmdstat_lpush", {}).get("calls", 0))
+    before = calls_of(client, "lpush")
 
     answers = pairs(CLAIM.run(client, names, arguments))
 
     # The first call claims its key; the second, the same key, joins it in the same run.
     assert answers == [("claimed", ""), ("joined", ""), ("stored", '{"ok": true}'), ("claimed", "")]
     # One LPUSH for the queue's two messages, leaving them as two LPUSHes would.
-    assert int(client.info("commandstats")["cmdstat_lpush"]["calls"]) == before + 1
+    assert calls_of(client, "lpush") == before + 1
     assert client.lrange(fresh.queue, 0, -1) == [b"message of call-4", b"message of call-1"]
     assert client.lrange(fresh.waiters, 0, -1) == [waiter_entry("c", "call-2").encode()]
     assert not client.exists(stored.queue, stored.waiters)
@@ -426,14 +427,14 @@ def test_push_once_pushes_each_new_call_once_in_one_lpush(client: redis.Redis) -
     queue = unique("queue")
     sent = [keys.sent(unique("call")) for _ in range(3)]
     client.set(sent[1], "1", px=TTL_MS)  # pushed before
-    before = int(client.info("commandstats").get("cmdstat_lpush", {}).get("calls", 0))
+    before = calls_of(client, "lpush")
 
     pushed = PUSH_ONCE.run(
         client, [queue, *sent], [TTL_MS, "message 1", TTL_MS, "message 2", TTL_MS, "message 3"]
     )
 
     assert pushed == [1, 0, 1]
-    assert int(client.info("commandstats")["cmdstat_lpush"]["calls"]) == before + 1
+    assert calls_of(client, "lpush") == before + 1
     assert client.lrange(queue, 0, -1) == [b"message 3", b"message 1"]
     assert all(0 < client.pttl(marker) <= TTL_MS for marker in sent)
 
