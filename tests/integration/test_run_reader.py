@@ -129,6 +129,29 @@ def test_more_runs_than_a_round_trip_asks_for_are_each_summed_up(own_store: redi
     ]
 
 
+def test_past_its_calls_bound_the_reader_lets_go_of_the_runs_read_least_recently(
+    own_store: redis.Redis,
+) -> None:
+    first, second = (f"run-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    _log(own_store, first, range(30))
+    _log(own_store, second, range(30))
+    reader = RunReader(own_store, chunk=8, keep_calls=50)
+    whole = 1 + 9  # its head, then 8 entries and 7 more a range until its 60 are read
+
+    assert reader.run(first) is not None
+    assert reader.run(second) is not None  # 60 calls: the first run is let go
+    before = _xranges(own_store)
+    again = reader.run(first)  # read whole again
+    assert _xranges(own_store) - before == whole
+    assert again is not None and [c.as_dict() for c in again] == _whole(own_store, first)
+    before = _xranges(own_store)
+    assert reader.run(first) is not None  # kept: its head, and from its last entry
+    assert _xranges(own_store) - before == 2
+    before = _xranges(own_store)
+    assert reader.run(second) is not None  # let go in turn: read whole
+    assert _xranges(own_store) - before == whole
+
+
 @pytest.mark.parametrize("change", ["trimmed", "made again"])
 def test_a_log_trimmed_past_what_was_read_or_made_again_is_shown_as_it_now_is(
     own_store: redis.Redis, change: str

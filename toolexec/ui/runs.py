@@ -2,7 +2,8 @@
 
 :func:`calls_of` folds a run's events into one :class:`CallView` per call, with no I/O.
 A :class:`RunReader` reads Redis for the UI and reads each entry of a log once: it keeps
-each run's calls as folded so far (the :data:`KEPT_RUNS` it read last), and a page's
+each run's calls as folded so far (the :data:`KEPT_RUNS` it read last, at most
+:data:`KEPT_CALLS` calls in all), and a page's
 refresh asks only for the entries after the last one it folded, at most
 :data:`READ_CHUNK` per ``XRANGE`` (Redis answers each in about a millisecond: a run of
 10,000 events, or fifty of them on the recent-runs page, never hold the server that
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
@@ -49,6 +51,7 @@ from wire.runlog import (
 )
 
 __all__ = [
+    "KEPT_CALLS",
     "KEPT_RUNS",
     "LIVE",
     "RANGES_PER_ROUND",
@@ -67,6 +70,11 @@ LIVE = ("queued", "running")
 READ_CHUNK = 1000
 #: Runs whose calls a :class:`RunReader` keeps folded (the least recently read go first).
 KEPT_RUNS = 100
+#: Calls a :class:`RunReader` keeps folded in all (about 0.5 KB each): past it the least
+#: recently read runs go first, but never those a read is showing.
+KEPT_CALLS = 200_000
+#: An entry's fields whose values many calls share (kept once: ``sys.intern``).
+_SHARED_FIELDS = ("tool", "queue", "worker", "pool", "kind", "type")
 #: Ranges one pipeline of a :class:`RunReader` asks for at most.
 RANGES_PER_ROUND = 10
 
@@ -325,6 +333,16 @@ def _entry_id(value: Any) -> tuple[int, int]:
     return int(ms), int(sequence or 0)
 
 
+def _entry(fields: dict[Any, Any]) -> dict[str, str]:
+    """A log entry's fields as text, the values many calls share kept once."""
+    entry = {_text(k): _text(v) for k, v in fields.items()}
+    for name in _SHARED_FIELDS:
+        value = entry.get(name)
+        if value is not None:
+            entry[name] = sys.intern(value)
+    return entry
+
+
 def _id_text(entry_id: tuple[int, int]) -> str:
     return f"{entry_id[0]}-{entry_id[1]}"
 
@@ -336,16 +354,25 @@ class RunReader:
         client: The Redis that holds the logs (``TOOLEXEC_REDIS_URL``).
         chunk: Entries one ``XRANGE`` reads at most.
         keep: Runs whose calls are kept folded.
+        keep_calls: Calls kept folded in all, over the kept runs.
 
     Safe to call from several threads (Starlette runs the UI's handlers on a pool).
     """
 
-    def __init__(self, client: redis.Redis, *, chunk: int = READ_CHUNK, keep: int = KEPT_RUNS):
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        chunk: int = READ_CHUNK,
+        keep: int = KEPT_RUNS,
+        keep_calls: int = KEPT_CALLS,
+    ):
         if chunk < 2:
             raise ValueError(f"chunk must be at least 2 entries, got {chunk}")
         self._client = client
         self._chunk = chunk
         self._keep = keep
+        self._keep_calls = keep_calls
         self._folds: OrderedDict[str, _Fold] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -424,7 +451,7 @@ class RunReader:
                         broken.add(run_id)
                         continue
                 read[run_id] += [
-                    (i, {_text(k): _text(v) for k, v in fields.items()})
+                    (i, _entry(fields))
                     for i, fields in got
                     if i > start[run_id] and (not read[run_id] or i > read[run_id][-1][0])
                 ]
@@ -456,8 +483,18 @@ class RunReader:
                         fold.last = entry_id
                 self._folds.move_to_end(run_id)
                 folds[run_id] = fold
-            while len(self._folds) > self._keep:
-                self._folds.popitem(last=False)
+            self._let_go(keep=set(run_ids))
         if again:
             folds.update(self._read(again))
         return folds
+
+    def _let_go(self, *, keep: set[str]) -> None:
+        """Let go of the least recently read runs past :data:`KEPT_RUNS` runs or
+        :data:`KEPT_CALLS` calls, never of ``keep`` (the runs a read is showing); under
+        the lock."""
+        calls = sum(len(fold.calls) for fold in self._folds.values())
+        while self._folds and (len(self._folds) > self._keep or calls > self._keep_calls):
+            oldest = next(iter(self._folds))
+            if oldest in keep:
+                break  # the rest were read now
+            calls -= len(self._folds.pop(oldest).calls)
