@@ -19,7 +19,8 @@ import redis
 from executor import claims
 from executor.task import run_call
 from executor.worker import holder
-from tests.integration.outage_support import calls_of, freeze, frozen, thaw
+from tests.integration.outage_support import freeze, frozen, thaw
+from tests.redis_stats import calls_of
 from toolexec import RedisServer
 from toolexec.doctor.durability import replica_acks
 from wire import keys
