@@ -31,6 +31,7 @@ import redis.asyncio
 import redis.asyncio.sentinel
 import redis.sentinel
 
+from wire.resp import PACKER
 from wire.urls import SENTINEL_SCHEME, is_sentinel_url
 
 __all__ = [
@@ -199,6 +200,7 @@ def sync_client(url: str, *, master: str | None = None, **options: Any) -> redis
         **options: redis-py's connection options (timeouts, health checks, ...); the
             Sentinels are asked with the same socket timeouts.
     """
+    options.setdefault("command_packer", PACKER)  # wire.resp: hiredis, redis-py's bytes
     group = sentinel_group(url, master)
     if group is None:
         return redis.Redis.from_url(url, **options)

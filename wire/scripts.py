@@ -65,6 +65,7 @@ from typing import Any, Literal, cast
 import redis
 
 from wire.formats import RUNNING_MARK, STORED_MARK, WAITING_MARK
+from wire.resp import Arg
 
 __all__ = [
     "BEGIN",
@@ -84,8 +85,6 @@ __all__ = [
     "pairs",
     "reloading",
 ]
-
-Arg = str | int | float | bytes
 BeginState = Literal["run", "stored", "busy"]
 
 

@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agent_client._io.link import Arg, Link, NotSent, Refused, Unknown
+from agent_client._io.link import Link, NotSent, Refused, Unknown
 from agent_client.errors import BrokerUnavailable
 from wire import keys
 from wire.clock import shared_now
@@ -34,6 +34,7 @@ from wire.copies import FENCED, sent_again
 from wire.formats import waiter_entry
 from wire.handles import END, ENDED, JOIN, status_of
 from wire.models import CallOutcome, ErrorKind, ToolSpec
+from wire.resp import Arg
 from wire.urls import is_redis_url
 
 if TYPE_CHECKING:

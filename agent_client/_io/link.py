@@ -27,10 +27,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from wire.connect import async_pool, close_sentinels, sentinel_connections, sentinel_group
+from wire.resp import Arg, pack
 from wire.scripts import is_noscript, reloading
-
-#: One argument of a Redis command.
-Arg = str | bytes | int | float
 
 
 class NotSent(Exception):
@@ -215,7 +213,7 @@ class Link:
         forgotten: list[int] = []
         try:
             async with asyncio.timeout_at(ends):
-                await conn.send_packed_command(conn.pack_commands(commands), check_health=False)
+                await conn.send_packed_command(pack(commands), check_health=False)
                 for _ in commands:
                     try:
                         replies.append(await conn.read_response(disconnect_on_error=False))

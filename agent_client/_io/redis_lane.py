@@ -26,13 +26,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agent_client._io.callstate import OP_TIMEOUT, SEND_STALL, Send, note, op_timeout
-from agent_client._io.link import Arg, Link, NotSent, Refused, Unknown, is_transient
+from agent_client._io.link import Link, NotSent, Refused, Unknown, is_transient
 from agent_client._io.loop import settle_from_thread
 from agent_client.errors import BrokerUnavailable
 from wire import keys
 from wire.copies import PUSH_ONCE
 from wire.formats import waiter_entry
 from wire.models import CallOutcome
+from wire.resp import Arg
 from wire.scripts import CLAIM, pairs
 
 logger = logging.getLogger(__name__)

@@ -27,9 +27,10 @@ import time
 import weakref
 
 from agent_client._io.callstate import OP_TIMEOUT, Send
-from agent_client._io.link import Arg, NotSent
+from agent_client._io.link import NotSent
 from agent_client._io.loop import IOThread
 from wire import keys
+from wire.resp import Arg
 from wire.runlog import JOINED, SENT, event, now_ms, run_of, xadd_arguments
 from wire.settings import Settings
 

@@ -44,11 +44,12 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from agent_client._io.callstate import Send, note, op_timeout
-from agent_client._io.link import Arg, Link, NotSent, Refused, Unknown, backoff_after
+from agent_client._io.link import Link, NotSent, Refused, Unknown, backoff_after
 from agent_client._io.loop import IOThread
 from agent_client._io.redis_lane import RedisLane
 from agent_client._io.runlog import RunLog
 from wire import keys
+from wire.resp import Arg
 from wire.scripts import RELEASE
 from wire.urls import is_amqp_url
 

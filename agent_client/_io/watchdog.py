@@ -76,7 +76,7 @@ from typing import Any
 import pydantic
 
 from agent_client._io.callstate import CallState
-from agent_client._io.link import Arg, Link, NotSent, Refused, Unknown
+from agent_client._io.link import Link, NotSent, Refused, Unknown
 from agent_client._io.loop import IOThread
 from agent_client._io.replies import ReplyRouter
 from agent_client._io.runlog import RunLog
@@ -87,6 +87,7 @@ from wire.copies import GIVE_UP, PUSH_ONCE, RESEND, sent_again
 from wire.deadletter import deadletter_commands, deadletter_entry
 from wire.formats import parse_holder_tag, parse_state, worker_id_of
 from wire.models import CallOutcome, ErrorKind
+from wire.resp import Arg
 from wire.runlog import RESENT, event
 from wire.scripts import RELEASE
 from wire.urls import is_amqp_url
