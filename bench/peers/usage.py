@@ -107,11 +107,14 @@ class Usage:
 
         ``idle`` is what the same readings gave over a window of no calls; its rate per
         second, over the seconds this usage's readings spanned, comes off the client,
-        Redis and the commands (never below zero). The worker's CPU stays whole.
+        Redis and the commands (never below zero). The worker's CPU stays whole over its
+        blocks; only for the seconds its readings ran past them (:meth:`add`'s ``span``:
+        trailing writes waited for) does its idle rate come off too.
         """
         if idle.seconds <= 0:
             return self
         scale = self.span / idle.seconds
+        past = max(0.0, self.span - self.seconds) / idle.seconds
 
         def less(spent: float, idle_spent: float) -> float:
             return max(0.0, spent - idle_spent * scale)
@@ -120,8 +123,8 @@ class Usage:
             calls=self.calls,
             seconds=self.seconds,
             span=self.span,
-            main=self.main,
-            children=self.children,
+            main=max(0.0, self.main - idle.main * past),
+            children=max(0.0, self.children - idle.children * past),
             client=less(self.client, idle.client),
             redis=less(self.redis, idle.redis),
             commands=less(self.commands, idle.commands),

@@ -22,6 +22,7 @@ logs by the side that does not.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -110,9 +111,11 @@ def _measure(
             started = time.perf_counter()
             bench.run(keep_in_flight(call, in_flight, total))
             elapsed = time.perf_counter() - started
+            polls = 0
             if mode == "on":  # its last flushes, each side's, are the block's too
-                _until_written(bench, run_id, total)
+                polls = _until_written(bench, run_id, total)
             after = Reading.take(bench.redis, bench.server.pid, pids[mode])
+            after = dataclasses.replace(after, commands=after.commands - polls)
             span = time.perf_counter() - started
             usage[mode].add(before, after, seconds=elapsed, calls=total, span=span)
             if mode == "on":  # read back outside the block: its CPU and commands are ours
@@ -212,31 +215,35 @@ def _measure(
                 "An in-flight block's calls/s is its calls over the time they took; its "
                 "CPU and commands are read once its run's log holds an event of each side "
                 "per call and has not grown for a worker's flush interval (0.2 s; only XLEN "
-                "asked), so both sides' last flushes are counted; its log is read back after "
-                "that reading. CPU: the side's worker (all of it), and this process above its "
-                "idle rate over the whole reading (both clients live here)."
+                "asked, and those commands taken off), so both sides' last flushes are "
+                "counted; its log is read back after that reading. CPU: the side's worker "
+                "(all of it over the calls, above its idle rate over the wait), and this "
+                "process above its idle rate over the whole reading (both clients live here)."
             ),
         ],
     )
 
 
-def _until_written(bench: Bench, run_id: str, calls: int) -> None:
+def _until_written(bench: Bench, run_id: str, calls: int) -> int:
     """Wait until ``run_id``'s log holds at least an event from each side per call and
-    has then not grown for longer than a worker's flush interval.
+    has then not grown for longer than a worker's flush interval; the ``XLEN``s asked.
 
-    Only ``XLEN`` is asked (a command per poll, no entry read): what this waiting costs
-    this process and Redis stays out of the block's readings, unlike a read of the log.
+    Only ``XLEN`` is asked, every 20 ms (no entry read, so the waiting costs this process
+    and Redis next to nothing); the caller takes those commands off the block's count,
+    and the processes' idle rates over the wait come off their CPU (``Usage.span``).
     """
     deadline = time.monotonic() + 30.0
     key = keys.run_log(run_id)
-    length, grew_at = -1, time.monotonic()
+    length, grew_at, polls = -1, time.monotonic(), 0
     while time.monotonic() < deadline:
         now, seen = time.monotonic(), int(bench.redis.xlen(key))
+        polls += 1
         if seen != length:
             length, grew_at = seen, now
         elif length >= 2 * calls and now - grew_at > FLUSH_INTERVAL + 0.05:
-            return
+            break
         time.sleep(0.02)
+    return polls
 
 
 def _logged(bench: Bench, run_id: str, calls: int) -> collections.Counter[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from executor import runlog as worker_log
-from toolexec.ui.app import _timeline, is_loopback
+from toolexec.ui.app import _environment, _timeline, is_loopback
 from toolexec.ui.runs import calls_of, summarise
 from wire.models import CallOutcome, CallRequest
 from wire.runlog import (
@@ -241,3 +241,12 @@ def test_a_call_its_watchdog_sent_again_says_how_often() -> None:
     assert call.resent == 2 and call.status == "ok"
     marks = [m["text"] for m in _timeline([call], now=7000)["calls"][0]["marks"]]
     assert "sent again ×2 (worker lost)" in marks
+
+
+def test_a_logged_run_without_a_call_to_show_says_so() -> None:
+    # A log whose entries name no call (an event missing its call, kind or time) folds to
+    # no calls: its page says so, as the page of a run not logged says that.
+    timeline = _environment().get_template("_timeline.html")
+    assert "No calls logged for this run." in timeline.render(run_id="r", **_timeline([], 1000))
+    missing = timeline.render(run_id="r", missing="no run 'r' is logged", **_timeline([], 1000))
+    assert "no run &#39;r&#39; is logged: this page shows its calls as they are logged" in missing

@@ -413,7 +413,7 @@ class RunReader:
         with self._lock:
             known = {run_id: self._folds.get(run_id) for run_id in run_ids}
         start = {r: _BEFORE if fold is None else fold.last for r, fold in known.items()}
-        cursor = {r: "-" if fold is None else _id_text(fold.last) for r, fold in known.items()}
+        cursor = {r: "-" if known[r] is None else _id_text(start[r]) for r in run_ids}
         read: dict[str, list[tuple[tuple[int, int], dict[str, str]]]] = {r: [] for r in run_ids}
         #: Each log's first entry's id (None: no log), read in the first round.
         heads: dict[str, tuple[int, int] | None] | None = None
