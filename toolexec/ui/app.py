@@ -263,8 +263,8 @@ def make_app(settings: Settings, client: redis.Redis | None = None) -> Starlette
             if context is None and template == "run.html":
                 # Still a page that refreshes: a run opened as it starts (its first call
                 # not logged yet) shows its calls as they come.
-                empty = {"calls": [], "span": 0, "ticks": [], "missing": not_found(run_id)}
-                return page(template, status=404, run_id=run_id, **empty)
+                empty = _timeline([], 0)
+                return page(template, 404, run_id=run_id, missing=not_found(run_id), **empty)
             if context is None:  # a fragment: the page keeps what it shows, and asks again
                 return PlainTextResponse(not_found(run_id), status_code=404)
             return page(template, **context)

@@ -70,8 +70,8 @@ LIVE = ("queued", "running")
 READ_CHUNK = 1000
 #: Runs whose calls a :class:`RunReader` keeps folded (the least recently read go first).
 KEPT_RUNS = 100
-#: Calls a :class:`RunReader` keeps folded in all (about 0.5 KB each): past it the least
-#: recently read runs go first, but never those a read is showing.
+#: Calls a :class:`RunReader` keeps folded in all: past it the least recently read runs
+#: go first, but never those a read is showing.
 KEPT_CALLS = 200_000
 #: An entry's fields whose values many calls share (kept once: ``sys.intern``).
 _SHARED_FIELDS = ("tool", "queue", "worker", "pool", "kind", "type")
@@ -412,8 +412,9 @@ class RunReader:
         """
         with self._lock:
             known = {run_id: self._folds.get(run_id) for run_id in run_ids}
-        start = {r: _BEFORE if fold is None else fold.last for r, fold in known.items()}
-        cursor = {r: "-" if known[r] is None else _id_text(start[r]) for r in run_ids}
+        #: Each run's last entry taken (a kept fold's last at first): the next range
+        #: starts there, inclusive, and only entries after it are taken.
+        after = {r: _BEFORE if fold is None else fold.last for r, fold in known.items()}
         read: dict[str, list[tuple[tuple[int, int], dict[str, str]]]] = {r: [] for r in run_ids}
         #: Each log's first entry's id (None: no log), read in the first round.
         heads: dict[str, tuple[int, int] | None] | None = None
@@ -426,7 +427,8 @@ class RunReader:
             now, todo = todo[:RANGES_PER_ROUND], todo[RANGES_PER_ROUND:]
             pipe = self._client.pipeline(transaction=False)
             for run_id in now:
-                pipe.xrange(keys.run_log(run_id), min=cursor[run_id], count=self._chunk)
+                start = "-" if after[run_id] == _BEFORE else _id_text(after[run_id])
+                pipe.xrange(keys.run_log(run_id), min=start, count=self._chunk)
             if heads is None:  # the first round: where each log starts, the progress asked
                 for run_id in run_ids:
                     pipe.xrange(keys.run_log(run_id), count=1)
@@ -447,16 +449,14 @@ class RunReader:
                     # A kept fold's first range starts at its last entry (inclusive), which
                     # must still be there.
                     resumed.discard(run_id)
-                    if not got or got[0][0] != start[run_id]:
+                    if not got or got[0][0] != after[run_id]:
                         broken.add(run_id)
                         continue
-                read[run_id] += [
-                    (i, _entry(fields))
-                    for i, fields in got
-                    if i > start[run_id] and (not read[run_id] or i > read[run_id][-1][0])
-                ]
-                if len(got) == self._chunk:  # more after it: from its last (inclusive)
-                    cursor[run_id] = _id_text(got[-1][0])
+                taken = [(i, _entry(fields)) for i, fields in got if i > after[run_id]]
+                if taken:
+                    read[run_id] += taken
+                    after[run_id] = taken[-1][0]
+                if len(got) == self._chunk:  # more after its last
                     todo.append(run_id)
         again = []
         folds: dict[str, _Fold] = {}
